@@ -1,0 +1,19 @@
+"""pydfccl: deadlock-free GPU collective communication in Python (Numba-CUDA).
+
+One persistent daemon kernel per rank runs every collective, preempts a collective whose
+primitive spins past its budget, resumes it later exactly where it stopped, and quits
+voluntarily when idle or stuck so that GPU synchronizations can complete.
+"""
+
+from .communicator import Communicator
+from .errors import AbortedError, DeadlockError, PydfcclError, RankFailedError
+from .launch import BACKENDS, launch
+from .sched.policies import Policy, get_policy, policy_names, register
+from .world import WorldConfig
+
+__all__ = [
+    "Communicator", "launch", "BACKENDS", "WorldConfig",
+    "Policy", "register", "get_policy", "policy_names",
+    "PydfcclError", "DeadlockError", "AbortedError", "RankFailedError",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,98 @@
+"""Latency benchmark: one small all-reduce, submit to future completion, from Python.
+
+Measured in the same run: pydfccl's persistent daemon (the policy given) and the
+launch-per-collective baseline (the same kernel code, launched once per collective, no
+daemon). This is a benchmark, not a test: it prints a table and asserts only that every
+result was right.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import numpy as np
+
+from . import platform
+from .launch import BACKENDS, launch
+from .sched.policies import policy_names
+
+__all__ = ["latency_worker", "measure_latency", "main"]
+
+
+def latency_worker(comm, iters: int, warmup: int, count: int, dtype: str) -> dict:
+    comm.prepare(0, "all_reduce", count=count, dtype=dtype)
+    comm.start()
+    x = comm.empty(count, dtype)
+    y = comm.empty(count, dtype)
+    host = np.full(count, comm.rank + 1, dtype=dtype)
+    if isinstance(x, np.ndarray):
+        x[...] = host
+    else:
+        x.copy_to_device(host)
+    times = np.empty(iters)
+    for i in range(warmup + iters):
+        t0 = time.perf_counter()
+        comm.run(0, x, y).result(timeout=60)
+        t1 = time.perf_counter()
+        if i >= warmup:
+            times[i - warmup] = t1 - t0
+    got = platform.to_numpy(y)
+    want = np.full(count, comm.nranks * (comm.nranks + 1) // 2, dtype=dtype)
+    if not np.array_equal(got, want):
+        raise AssertionError(f"rank {comm.rank}: wrong all-reduce result {got[:4]}...")
+    return dict(times_us=times * 1e6, stats=comm.stats())
+
+
+def measure_latency(nranks: int, iters: int, warmup: int, count: int, dtype: str, policy: str,
+                    persistent: bool, backend=None) -> dict:
+    per_rank = launch(latency_worker, nranks, policy=policy, backend=backend,
+                      persistent=persistent, args=(iters, warmup, count, dtype))
+    times = np.max([r["times_us"] for r in per_rank], axis=0)   # a run ends on its slowest rank
+    return dict(median=float(np.median(times)), p10=float(np.percentile(times, 10)),
+                p90=float(np.percentile(times, 90)), stats=[r["stats"] for r in per_rank])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m pydfccl bench", description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    gpu = platform.gpu_available()
+    p.add_argument("-n", "--nranks", type=int, default=2)
+    p.add_argument("--iters", type=int, default=10000 if gpu else 50)
+    p.add_argument("-w", "--warmup", type=int, default=200 if gpu else 5)
+    p.add_argument("-c", "--count", type=int, default=2, help="elements (2 x float32 = 8 bytes)")
+    p.add_argument("-d", "--dtype", default="float32")
+    p.add_argument("--policy", default="dfccl", choices=policy_names())
+    p.add_argument("--backend", choices=BACKENDS, default=None)
+    p.add_argument("--switch-interval", type=float, default=None,
+                   help="set sys.setswitchinterval (seconds) for this run")
+    p.add_argument("--no-baseline", action="store_true",
+                   help="skip the launch-per-collective baseline")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    if args.switch_interval:
+        sys.setswitchinterval(args.switch_interval)
+    nbytes = args.count * np.dtype(args.dtype).itemsize
+    where = "GPU" if platform.gpu_available() else "CUDA simulator (CPU)"
+    print(f"all-reduce latency on the {where}: {args.nranks} ranks, {nbytes} bytes, "
+          f"{args.iters} runs after {args.warmup} warm-up, submit to future completion")
+    rows = [("daemon (" + args.policy + ")",
+             measure_latency(args.nranks, args.iters, args.warmup, args.count, args.dtype,
+                             args.policy, True, args.backend))]
+    if not args.no_baseline:
+        rows.append(("kernel launch per call",
+                     measure_latency(args.nranks, args.iters, args.warmup, args.count,
+                                     args.dtype, "nccl", False, args.backend)))
+    base = rows[-1][1]["median"]
+    print(f"{'mode':<26} {'median us':>10} {'p10 us':>8} {'p90 us':>8} {'x baseline':>10} "
+          f"{'launches':>9}")
+    for name, r in rows:
+        launches = sum(s["launches"] for s in r["stats"])
+        print(f"{name:<26} {r['median']:>10.1f} {r['p10']:>8.1f} {r['p90']:>8.1f} "
+              f"{r['median'] / base:>10.2f} {launches:>9}")
+    sys.stdout.flush()
+    return 0

@@ -1,0 +1,181 @@
+"""The chaos demo (the main job): collectives submitted in a different order on every rank.
+
+Each iteration, every rank submits the same K all-reduces in its own permutation, chosen so
+that no two ranks submit the same collective at the same position (100% disorder), then
+waits for all of them (the sync). With ``--sync device`` a rank also calls a device-wide
+synchronize after every submission, which NCCL-style execution cannot survive. Every result
+is checked against numpy. With ``--policy nccl`` the watchdog reports the deadlock.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from . import platform
+from .errors import PydfcclError, RankFailedError
+from .launch import BACKENDS, default_backend, launch
+from .sched.policies import policy_names
+
+__all__ = ["DemoOptions", "chaos_orders", "run_demo", "main"]
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    nranks: int
+    colls: int = 8
+    iters: int = 20
+    count: int = 1000
+    dtype: str = "float32"
+    policy: str = "dfccl"
+    sync: str = "none"
+    seed: int = 0
+    in_order: bool = False
+    progress: bool = True
+    result_timeout: float = 300.0
+
+
+def chaos_orders(ncolls: int, nranks: int, rng: np.random.Generator) -> list[list[int]]:
+    """One submission order per rank; position j holds a different collective on every rank
+    (a Latin rectangle: a random base order, cyclically shifted by a distinct amount per rank)."""
+    if nranks > ncolls:
+        raise ValueError(f"100% disorder needs at least as many collectives ({ncolls}) as ranks "
+                         f"({nranks})")
+    base = rng.permutation(ncolls)
+    shifts = rng.choice(ncolls, size=nranks, replace=False)
+    return [[int(base[(j + s) % ncolls]) for j in range(ncolls)] for s in shifts]
+
+
+def _input(rank: int, coll: int, it: int, count: int, dtype) -> np.ndarray:
+    """Small integers, so every sum is exact in every dtype."""
+    return (((np.arange(count) + 7 * coll + 3 * it) % 13) + rank + 1).astype(dtype)
+
+
+def _expected(nranks: int, coll: int, it: int, count: int, dtype) -> np.ndarray:
+    return sum(_input(r, coll, it, count, np.int64) for r in range(nranks)).astype(dtype)
+
+
+def chaos_worker(comm, opts: DemoOptions) -> dict:
+    K, n = opts.colls, comm.nranks
+    for k in range(K):
+        comm.prepare(k, "all_reduce", count=opts.count, dtype=opts.dtype)
+    comm.start()
+    sends = [comm.empty(opts.count, opts.dtype) for _ in range(K)]
+    recvs = [comm.empty(opts.count, opts.dtype) for _ in range(K)]
+    rng = np.random.default_rng(opts.seed)       # the same stream on every rank
+    bar = None
+    if opts.progress and comm.rank == 0:
+        from tqdm import tqdm
+        bar = tqdm(total=opts.iters, desc=f"chaos {n} ranks x {K} all-reduces", unit="it",
+                   file=sys.stderr)
+    verified, started = 0, time.perf_counter()
+    for it in range(opts.iters):
+        orders = ([list(range(K))] * n if opts.in_order else chaos_orders(K, n, rng))
+        for k in range(K):
+            _copy_in(sends[k], _input(comm.rank, k, it, opts.count, opts.dtype))
+        futures = []
+        for k in orders[comm.rank]:
+            futures.append(comm.run(k, sends[k], recvs[k]))
+            if opts.sync == "device":
+                comm.synchronize_device()
+        for f in futures:
+            f.result(timeout=opts.result_timeout)
+        for k in range(K):
+            got = platform.to_numpy(recvs[k])
+            want = _expected(n, k, it, opts.count, opts.dtype)
+            if not np.array_equal(got, want):
+                bad = int(np.flatnonzero(got != want)[0])
+                raise AssertionError(f"iteration {it}, collective {k}: element {bad} is "
+                                     f"{got[bad]}, expected {want[bad]}")
+            verified += 1
+        if bar:
+            bar.update(1)
+    if bar:
+        bar.close()
+    elapsed = time.perf_counter() - started
+    return dict(comm.stats(), verified=verified, seconds=elapsed)
+
+
+def _copy_in(dst, src: np.ndarray) -> None:
+    if isinstance(dst, np.ndarray):
+        dst[...] = src
+    else:
+        dst.copy_to_device(src)
+
+
+def run_demo(opts: DemoOptions, backend: str | None = None, watchdog_timeout=None,
+             **config) -> list[dict]:
+    """Run the chaos test; returns each rank's stats (raises RankFailedError on failure)."""
+    return launch(chaos_worker, opts.nranks, policy=opts.policy, backend=backend,
+                  watchdog_timeout=watchdog_timeout, args=(opts,), **config)
+
+
+def summarize(opts: DemoOptions, per_rank: list[dict]) -> str:
+    iters = opts.iters
+    seconds = max(r["seconds"] for r in per_rank)
+    rows = [f"{'rank':>4} {'verified':>8} {'preempt':>8} {'relaunch':>8} {'steps':>8}"]
+    for r in per_rank:
+        rows.append(f"{r['rank']:>4} {r['verified']:>8} {r['preemptions']:>8} "
+                    f"{r['relaunches']:>8} {r['steps']:>8}")
+    total = sum(r["verified"] for r in per_rank)
+    rows.append(f"iterations: {iters}; collectives verified: {total} "
+                f"({opts.colls} per iteration x {opts.nranks} ranks); "
+                f"preemptions: {sum(r['preemptions'] for r in per_rank)}; "
+                f"relaunches: {sum(r['relaunches'] for r in per_rank)}; "
+                f"time per iteration: {1e3 * seconds / max(iters, 1):.2f} ms")
+    return "\n".join(rows)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    gpu = platform.gpu_available()
+    p = argparse.ArgumentParser(prog="python -m pydfccl demo", description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("-n", "--nranks", type=int, default=4 if gpu else 3)
+    p.add_argument("-k", "--colls", type=int, default=8, help="all-reduces per iteration")
+    p.add_argument("-i", "--iters", type=int, default=50 if gpu else 5)
+    p.add_argument("-c", "--count", type=int, default=4096 if gpu else 100,
+                   help="elements per all-reduce")
+    p.add_argument("-d", "--dtype", default="float32")
+    p.add_argument("--policy", default="dfccl", choices=policy_names())
+    p.add_argument("--sync", default="none", choices=["none", "device"],
+                   help="'device': a device-wide synchronize after every submission")
+    p.add_argument("--in-order", action="store_true", help="no disorder (a baseline)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--backend", choices=BACKENDS, default=None,
+                   help=f"default here: {default_backend()}")
+    p.add_argument("--watchdog", type=float, default=5.0 if gpu else 30.0,
+                   help="seconds without progress before a deadlock is reported")
+    p.add_argument("--json", metavar="FILE", help="write the per-rank stats as JSON")
+    p.add_argument("--no-progress", action="store_true")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    opts = DemoOptions(nranks=args.nranks, colls=args.colls, iters=args.iters, count=args.count,
+                       dtype=args.dtype, policy=args.policy, sync=args.sync, seed=args.seed,
+                       in_order=args.in_order, progress=not args.no_progress)
+    if not opts.in_order:
+        chaos_orders(opts.colls, opts.nranks, np.random.default_rng(0))  # validates K >= N
+    where = "GPU" if platform.gpu_available() else "CUDA simulator (CPU)"
+    print(f"pydfccl chaos demo on the {where}: {opts.nranks} ranks, {opts.colls} all-reduces of "
+          f"{opts.count} x {opts.dtype} per iteration, {opts.iters} iterations, policy "
+          f"{opts.policy}, sync {opts.sync}, {'in order' if opts.in_order else '100% disorder'}")
+    try:
+        per_rank = run_demo(opts, backend=args.backend, watchdog_timeout=args.watchdog)
+    except RankFailedError as exc:
+        print(f"\nFAILED: {exc}", file=sys.stderr)
+        return 3 if "deadlock" in str(exc) else 1
+    except PydfcclError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(summarize(opts, per_rank))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(options=asdict(opts), ranks=per_rank), f, indent=2)
+    return 0

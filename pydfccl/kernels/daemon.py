@@ -1,0 +1,359 @@
+"""The daemon kernel: one persistent launch per rank that runs every collective.
+
+Each block is one channel and never waits for another block. Thread 0 of a block schedules:
+it takes new work from the submission queue (SQ), keeps the block's active tasks sorted by
+the policy's order, loads a task (restoring its saved context), spins for the next step's
+data and slot credit within the policy's time budget (nanoseconds, ``%globaltimer``), and either hands the step to the whole
+block (``move``) or preempts the task, saving its context. The last block to finish a
+collective writes the completion queue (CQ). When the policy says it has gone too long
+without progress (idle, or stuck) the block exits (voluntary quit); the host relaunches it when work is outstanding.
+
+``make_daemon(policy)`` compiles the policy's five functions into a daemon, eagerly (one
+signature: eight int64 scalars) and cached on disk; one kernel per policy, everything else
+(sizes, counts, parameters) is data.
+"""
+
+import numpy as np
+from numba import cuda
+
+from .. import layout as L
+from ..sched.policies import PARAM_SLOTS
+from .memory import (as_array, atomic_add, backoff, fence_sys, load_acquire, load_volatile,
+                     now_ns, store_release, store_volatile)
+from .primitives import F_POSTDIV, F_RECV, F_SEND, SPIN_ABORT, SPIN_PREEMPT, move, spin_wait
+from .ring import channel_span, chunk_span, ring_step, steps_per_loop
+
+__all__ = ["make_daemon", "DAEMON_SIGNATURE"]
+
+MAX_COLLS = L.MAX_COLLS
+CTL_ABORT = L.CTL_ABORT
+CTL_PARAMS = L.CTL_PARAMS
+CTL_BLOCKS, BS_SIZE = L.CTL_BLOCKS, L.BS_SIZE
+BS_FRONTIER, BS_COLL, BS_STEP, BS_WAITS = (L.BS[k] for k in ("sq_frontier", "coll", "step", "waits"))
+BS_COMPLETED, BS_PREEMPTIONS, BS_EXITS, BS_PROGRESS = (
+    L.BS[k] for k in ("completed", "preemptions", "exits", "progress"))
+CTL_SQ, SQ_SIZE, SQ_CAP = L.CTL_SQ, L.SQ_SIZE, L.SQ_CAP
+SQ_SEQ, SQ_COLL, SQ_SEND, SQ_RECV, SQ_PRIO = (L.SQ_F[k] for k in ("seq", "coll", "send", "recv", "priority"))
+CTL_CQ, CQ_SIZE, CQ_CAP = L.CTL_CQ, L.CQ_SIZE, L.CQ_CAP
+CQ_STAMP, CQ_COLL = L.CQ_F["stamp"], L.CQ_F["coll"]
+P_CQ_RESERVE, P_DONE, P_COLLS, P_SQ_FRONTIER, P_TASKS = (
+    L.P_CQ_RESERVE, L.P_DONE, L.P_COLLS, L.P_SQ_FRONTIER, L.P_TASKS)
+COLL_SIZE, TASK_SIZE = L.COLL_SIZE, L.TASK_SIZE
+C_DTYPE, C_OP, C_COUNT, C_NCH, C_ITEMSIZE = (
+    L.COLL_F[k] for k in ("dtype", "op", "count", "nchannels", "itemsize"))
+T_ACTIVE, T_SEQ, T_SEND, T_RECV, T_STEP, T_LOOP, T_TRIES, T_SENT, T_RECVD, T_PRIO = (
+    L.TASK_F[k] for k in ("active", "seq", "send", "recv", "step", "loop", "tries", "sent",
+                          "recvd", "priority"))
+HEADER_BYTES, CONN_HEADER, CONN_TAIL, CONN_HEAD = (
+    L.HEADER_BYTES, L.CONN_HEADER_BYTES, L.CONN_TAIL, L.CONN_HEAD)
+
+# Shared words thread 0 hands to the block.
+SH_CMD, SH_DTYPE, SH_N, SH_FLAGS, SH_OP, SH_DIV, SH_SLOT_IN, SH_USER_IN, SH_SLOT_OUT, \
+    SH_USER_OUT, SH_NACT = range(11)
+SH_WORDS = 12
+CMD_MOVE, CMD_EXIT = 1, 2
+
+# Thread 0's scheduler state (a local array, so device functions can update it).
+(S_POS, S_CUR, S_TRIES_LEFT, S_THRESH, S_UNUSED, S_IDLE_SINCE, S_FRONTIER, S_STEP, S_LOOP,
+ S_SENT, S_RECVD, S_SEND, S_RECV, S_BEGIN, S_END, S_NLOOPS, S_SLOT_ELEMS, S_DTYPE, S_OP,
+ S_ITEMSIZE, S_TRIES, S_COMPLETED, S_PREEMPTIONS, S_PROGRESS, S_FLAGS, S_CHUNK) = range(26)
+S_WORDS = 26
+
+OP_AVG = 4
+
+DAEMON_SIGNATURE = "void(int64, int64, int64, int64, int64, int64, int64, int64)"
+
+
+@cuda.jit(device=True)
+def _task(pool, block, coll):
+    return pool + P_TASKS + (block * MAX_COLLS + coll) * TASK_SIZE
+
+
+@cuda.jit(device=True)
+def _conn(base, coll, block, nblocks, conn_stride):
+    return base + HEADER_BYTES + (coll * nblocks + block) * conn_stride
+
+
+@cuda.jit(device=True)
+def _status(ctl, block):
+    return ctl + CTL_BLOCKS + block * BS_SIZE
+
+
+@cuda.jit(device=True)
+def _remove(act, akey, sh, pos):
+    n = sh[SH_NACT]
+    for i in range(pos, n - 1):
+        act[i] = act[i + 1]
+        akey[i] = akey[i + 1]
+    sh[SH_NACT] = n - 1
+
+
+@cuda.jit(device=True)
+def _insert(act, akey, sh, coll, key):
+    n = sh[SH_NACT]
+    i = n
+    while i > 0 and akey[i - 1] > key:
+        act[i] = act[i - 1]
+        akey[i] = akey[i - 1]
+        i -= 1
+    act[i] = coll
+    akey[i] = key
+    sh[SH_NACT] = n + 1
+
+
+@cuda.jit(device=True)
+def _span(pool, coll, block, nranks, slot_bytes):
+    """(begin, end, nloops, slot_elems) of this block's share of a collective."""
+    entry = pool + P_COLLS + coll * COLL_SIZE
+    count = load_volatile(entry + C_COUNT)
+    nch = load_volatile(entry + C_NCH)
+    slot_elems = slot_bytes // load_volatile(entry + C_ITEMSIZE)
+    if block >= nch:
+        return 0, 0, 0, slot_elems
+    begin, end = channel_span(count, nch, block)
+    loop_size = nranks * slot_elems
+    return begin, end, (end - begin + loop_size - 1) // loop_size, slot_elems
+
+
+@cuda.jit(device=True)
+def _finish(st, ctl, pool, coll, block, nblocks):
+    """This block is done with ``coll``; the last block of all writes the CQ."""
+    st[S_COMPLETED] += 1
+    store_volatile(_status(ctl, block) + BS_COMPLETED, st[S_COMPLETED])
+    old = atomic_add(pool + P_DONE + coll * 8, 1)
+    if (old + 1) % nblocks == 0:
+        k = atomic_add(pool + P_CQ_RESERVE, 1)
+        entry = ctl + CTL_CQ + (k % CQ_CAP) * CQ_SIZE
+        store_volatile(entry + CQ_COLL, coll)
+        store_release(entry + CQ_STAMP, k + 1)
+
+
+def make_daemon(policy):
+    """Compile ``policy`` into a daemon kernel (all five functions become device code)."""
+    threshold_on_load = cuda.jit(device=True)(policy.threshold_on_load)
+    threshold_after_wait = cuda.jit(device=True)(policy.threshold_after_wait)
+    tries_per_pass = cuda.jit(device=True)(policy.tries_per_pass)
+    order_key = cuda.jit(device=True)(policy.order_key)
+    should_quit = cuda.jit(device=True)(policy.should_quit)
+
+    @cuda.jit(device=True)
+    def absorb(st, act, akey, sh, params, ctl, pool, block, nblocks, nranks, slot_bytes):
+        """Take new SQ entries: activate their tasks (or finish at once if this block has
+        no share of the data)."""
+        f = st[S_FRONTIER]
+        while True:
+            entry = ctl + CTL_SQ + (f % SQ_CAP) * SQ_SIZE
+            if load_acquire(entry + SQ_SEQ) != f + 1:
+                break
+            coll = load_volatile(entry + SQ_COLL)
+            prio = load_volatile(entry + SQ_PRIO)
+            f += 1
+            task = _task(pool, block, coll)
+            begin, end, nloops, slot_elems = _span(pool, coll, block, nranks, slot_bytes)
+            if nloops == 0:
+                _finish(st, ctl, pool, coll, block, nblocks)
+                continue
+            store_volatile(task + T_SEQ, f)
+            store_volatile(task + T_SEND, load_volatile(entry + SQ_SEND))
+            store_volatile(task + T_RECV, load_volatile(entry + SQ_RECV))
+            store_volatile(task + T_STEP, 0)
+            store_volatile(task + T_LOOP, 0)
+            store_volatile(task + T_TRIES, 0)
+            store_volatile(task + T_PRIO, prio)
+            store_volatile(task + T_ACTIVE, 1)
+            _insert(act, akey, sh, coll, order_key(params, prio, f, coll))
+        if f != st[S_FRONTIER]:
+            st[S_FRONTIER] = f
+            store_volatile(pool + P_SQ_FRONTIER + block * 8, f)
+            store_volatile(_status(ctl, block) + BS_FRONTIER, f)
+
+    @cuda.jit(device=True)
+    def load_task(st, pool, params, coll, block, nranks, slot_bytes, is_head):
+        task = _task(pool, block, coll)
+        entry = pool + P_COLLS + coll * COLL_SIZE
+        st[S_CUR] = coll
+        st[S_STEP] = load_volatile(task + T_STEP)
+        st[S_LOOP] = load_volatile(task + T_LOOP)
+        st[S_SENT] = load_volatile(task + T_SENT)
+        st[S_RECVD] = load_volatile(task + T_RECVD)
+        st[S_SEND] = load_volatile(task + T_SEND)
+        st[S_RECV] = load_volatile(task + T_RECV)
+        st[S_TRIES] = load_volatile(task + T_TRIES) + 1
+        st[S_DTYPE] = load_volatile(entry + C_DTYPE)
+        st[S_OP] = load_volatile(entry + C_OP)
+        st[S_ITEMSIZE] = load_volatile(entry + C_ITEMSIZE)
+        begin, end, nloops, slot_elems = _span(pool, coll, block, nranks, slot_bytes)
+        st[S_BEGIN] = begin
+        st[S_END] = end
+        st[S_NLOOPS] = nloops
+        st[S_SLOT_ELEMS] = slot_elems
+        st[S_THRESH] = threshold_on_load(params, is_head, st[S_TRIES])
+
+    @cuda.jit(device=True)
+    def save_task(st, pool, block, active):
+        """The lazy context save: only when a task is switched out or finished."""
+        task = _task(pool, block, st[S_CUR])
+        store_volatile(task + T_STEP, st[S_STEP])
+        store_volatile(task + T_LOOP, st[S_LOOP])
+        store_volatile(task + T_SENT, st[S_SENT])
+        store_volatile(task + T_RECVD, st[S_RECVD])
+        store_volatile(task + T_TRIES, st[S_TRIES])
+        store_volatile(task + T_ACTIVE, active)
+        st[S_CUR] = -1
+
+    @cuda.jit(device=True)
+    def schedule(st, act, akey, sh, params, ctl, pool, peers, rank, nranks, nslots,
+                 slot_bytes, conn_stride, block, nblocks):
+        """Thread 0: decide the block's next command (a step to move, or exit)."""
+        status = _status(ctl, block)
+        while True:
+            if st[S_CUR] < 0:
+                if st[S_POS] == 0:      # a new pass over the task list
+                    if load_volatile(ctl + CTL_ABORT) != 0:
+                        sh[SH_CMD] = CMD_EXIT
+                        return
+                    absorb(st, act, akey, sh, params, ctl, pool, block, nblocks, nranks,
+                           slot_bytes)
+                    if sh[SH_NACT] == 0:
+                        if should_quit(params, now_ns() - st[S_IDLE_SINCE]) != 0:
+                            sh[SH_CMD] = CMD_EXIT
+                            return
+                        backoff()
+                        continue
+                if st[S_POS] >= sh[SH_NACT]:    # the pass is over
+                    if should_quit(params, now_ns() - st[S_IDLE_SINCE]) != 0:
+                        sh[SH_CMD] = CMD_EXIT
+                        return
+                    st[S_POS] = 0
+                    continue
+                is_head = 1 if st[S_POS] == 0 else 0
+                if st[S_TRIES_LEFT] <= 0:
+                    st[S_TRIES_LEFT] = max(1, tries_per_pass(params, is_head))
+                load_task(st, pool, params, act[st[S_POS]], block, nranks, slot_bytes, is_head)
+                store_volatile(status + BS_COLL, st[S_CUR] + 1)
+
+            coll = st[S_CUR]
+            if st[S_LOOP] >= st[S_NLOOPS]:      # done: retire it
+                save_task(st, pool, block, 0)
+                _remove(act, akey, sh, st[S_POS])
+                st[S_TRIES_LEFT] = 0
+                store_volatile(status + BS_COLL, 0)
+                _finish(st, ctl, pool, coll, block, nblocks)
+                continue
+
+            chunk, flags = ring_step(rank, nranks, st[S_STEP])
+            mine = _conn(pool, coll, block, nblocks, conn_stride)
+            need_tail = st[S_RECVD] + 1 if flags & F_RECV else 0
+            need_head = st[S_SENT] + 1 - nslots if flags & F_SEND else 0
+            store_volatile(status + BS_STEP, st[S_LOOP] * 1024 + st[S_STEP])
+            store_volatile(status + BS_WAITS, (1 if need_tail > 0 else 0)
+                           + (2 if need_head > 0 else 0))
+            waited = spin_wait(mine + CONN_TAIL, need_tail, mine + CONN_HEAD, need_head,
+                              st[S_THRESH], ctl + CTL_ABORT)
+            if waited == SPIN_ABORT:
+                save_task(st, pool, block, 1)
+                sh[SH_CMD] = CMD_EXIT
+                return
+            if waited == SPIN_PREEMPT:
+                save_task(st, pool, block, 1)
+                st[S_PREEMPTIONS] += 1
+                store_volatile(status + BS_PREEMPTIONS, st[S_PREEMPTIONS])
+                st[S_TRIES_LEFT] -= 1
+                if st[S_TRIES_LEFT] <= 0:
+                    st[S_POS] += 1
+                continue
+
+            st[S_THRESH] = threshold_after_wait(params, st[S_THRESH], waited)
+            st[S_IDLE_SINCE] = now_ns()
+            first, n = chunk_span(st[S_BEGIN], st[S_END], st[S_LOOP], chunk, nranks,
+                                  st[S_SLOT_ELEMS])
+            nxt = _conn(peers[(rank + 1) % nranks], coll, block, nblocks, conn_stride)
+            itemsize = st[S_ITEMSIZE]
+            sh[SH_DTYPE] = st[S_DTYPE]
+            sh[SH_N] = n
+            sh[SH_FLAGS] = flags
+            sh[SH_OP] = st[S_OP]
+            sh[SH_DIV] = nranks if st[S_OP] == OP_AVG else 1
+            if st[S_OP] != OP_AVG:
+                sh[SH_FLAGS] = flags & ~F_POSTDIV
+            sh[SH_SLOT_IN] = mine + CONN_HEADER + (st[S_RECVD] % nslots) * slot_bytes
+            sh[SH_USER_IN] = st[S_SEND] + first * itemsize
+            sh[SH_SLOT_OUT] = nxt + CONN_HEADER + (st[S_SENT] % nslots) * slot_bytes
+            sh[SH_USER_OUT] = st[S_RECV] + first * itemsize
+            st[S_FLAGS] = flags
+            sh[SH_CMD] = CMD_MOVE
+            return
+
+    @cuda.jit(device=True)
+    def post_step(st, ctl, pool, peers, rank, nranks, nslots, conn_stride, block, nblocks):
+        """Thread 0, after the block moved a step: publish it to the neighbours."""
+        coll = st[S_CUR]
+        flags = st[S_FLAGS]
+        fence_sys()
+        if flags & F_SEND:
+            st[S_SENT] += 1
+            nxt = _conn(peers[(rank + 1) % nranks], coll, block, nblocks, conn_stride)
+            store_release(nxt + CONN_TAIL, st[S_SENT])
+        if flags & F_RECV:
+            st[S_RECVD] += 1
+            prev = _conn(peers[(rank - 1 + nranks) % nranks], coll, block, nblocks, conn_stride)
+            store_release(prev + CONN_HEAD, st[S_RECVD])
+        st[S_STEP] += 1
+        if st[S_STEP] == steps_per_loop(nranks):
+            st[S_STEP] = 0
+            st[S_LOOP] += 1
+        st[S_PROGRESS] += 1
+        store_volatile(_status(ctl, block) + BS_PROGRESS, st[S_PROGRESS])
+
+    @cuda.jit(device=True)
+    def start(st, act, akey, sh, params, ctl, pool, block):
+        """Thread 0 at launch: rebuild the sorted task list from the saved contexts."""
+        for i in range(S_WORDS):
+            st[i] = 0
+        st[S_CUR] = -1
+        st[S_IDLE_SINCE] = now_ns()
+        st[S_FRONTIER] = load_volatile(pool + P_SQ_FRONTIER + block * 8)
+        status = _status(ctl, block)
+        st[S_COMPLETED] = load_volatile(status + BS_COMPLETED)
+        st[S_PREEMPTIONS] = load_volatile(status + BS_PREEMPTIONS)
+        st[S_PROGRESS] = load_volatile(status + BS_PROGRESS)
+        sh[SH_NACT] = 0
+        for coll in range(MAX_COLLS):
+            task = _task(pool, block, coll)
+            if load_volatile(task + T_ACTIVE) != 0:
+                _insert(act, akey, sh, coll, order_key(params, load_volatile(task + T_PRIO),
+                                                       load_volatile(task + T_SEQ), coll))
+
+    @cuda.jit(DAEMON_SIGNATURE, cache=True)
+    def daemon(ctl, pool, peers_addr, rank, nranks, nslots, slot_bytes, conn_stride):
+        block = cuda.blockIdx.x
+        nblocks = cuda.gridDim.x
+        tid = cuda.threadIdx.x
+        sh = cuda.shared.array(SH_WORDS, np.int64)
+        act = cuda.shared.array(MAX_COLLS, np.int64)
+        akey = cuda.shared.array(MAX_COLLS, np.int64)
+        st = cuda.local.array(S_WORDS, np.int64)
+        params = as_array(ctl + CTL_PARAMS, PARAM_SLOTS, np.int64)
+        peers = as_array(peers_addr, nranks, np.int64)
+        if tid == 0:
+            start(st, act, akey, sh, params, ctl, pool, block)
+        cuda.syncthreads()
+        while True:
+            if tid == 0:
+                schedule(st, act, akey, sh, params, ctl, pool, peers, rank, nranks, nslots,
+                         slot_bytes, conn_stride, block, nblocks)
+            cuda.syncthreads()
+            cmd = sh[SH_CMD]
+            if cmd == CMD_EXIT:
+                break
+            move(sh[SH_DTYPE], sh[SH_N], sh[SH_FLAGS], sh[SH_OP], sh[SH_DIV], sh[SH_SLOT_IN],
+                 sh[SH_USER_IN], sh[SH_SLOT_OUT], sh[SH_USER_OUT])
+            cuda.syncthreads()
+            if tid == 0:
+                post_step(st, ctl, pool, peers, rank, nranks, nslots, conn_stride, block,
+                          nblocks)
+        if tid == 0:
+            status = _status(ctl, block)
+            store_volatile(status + BS_EXITS, load_volatile(status + BS_EXITS) + 1)
+
+    return daemon

@@ -1,0 +1,154 @@
+"""The primitives: one wait loop and one generic data move, with NCCL's verbs as flags.
+
+Every primitive of a collective is ``spin_wait`` (until data from the previous rank and slot
+credit from the next rank are there, or the time budget runs out) followed by ``move``
+(the whole block copies/reduces one chunk). A step either happens whole or not at all, so a
+preempted collective's context is just its step counter.
+
+Verbs (flag sets) as in NCCL's ``prims_simple.h``:
+
+====================  ==========================================
+``SEND``              slot_out = user_in
+``RECV_REDUCE_SEND``  slot_out = op(slot_in, user_in)
+``RECV_REDUCE_COPY_SEND``  v = post(op(slot_in, user_in)); slot_out = user_out = v
+``RECV_COPY_SEND``    slot_out = user_out = slot_in
+``RECV``              user_out = slot_in
+``COPY``              user_out = post(user_in)  (a one-rank collective)
+====================  ==========================================
+"""
+
+import numpy as np
+from numba import cuda
+
+from .memory import as_array, backoff, load_acquire, load_volatile, now_ns
+from ..codes import DTYPES, OPS
+
+__all__ = [
+    "F_RECV", "F_USER_IN", "F_SEND", "F_USER_OUT", "F_POSTDIV",
+    "SEND", "RECV_REDUCE_SEND", "RECV_REDUCE_COPY_SEND", "RECV_COPY_SEND", "RECV", "COPY",
+    "SPIN_PREEMPT", "SPIN_ABORT", "spin_wait", "move",
+]
+
+F_RECV = 1
+F_USER_IN = 2
+F_SEND = 4
+F_USER_OUT = 8
+F_POSTDIV = 16
+
+SEND = F_USER_IN | F_SEND
+RECV_REDUCE_SEND = F_RECV | F_USER_IN | F_SEND
+RECV_REDUCE_COPY_SEND = F_RECV | F_USER_IN | F_SEND | F_USER_OUT | F_POSTDIV
+RECV_COPY_SEND = F_RECV | F_SEND | F_USER_OUT
+RECV = F_RECV | F_USER_OUT
+COPY = F_USER_IN | F_USER_OUT | F_POSTDIV
+
+SPIN_PREEMPT = -1
+SPIN_ABORT = -2
+ABORT_CHECK_MASK = 1023   # look at the abort word every 1024 spins
+
+OP_SUM, OP_PROD, OP_MAX, OP_MIN, OP_AVG = (OPS[k] for k in ("sum", "prod", "max", "min", "avg"))
+
+
+@cuda.jit(device=True)
+def spin_wait(tail_addr, need_tail, head_addr, need_head, budget_ns, abort_addr):
+    """The one wait loop. Waits until ``*tail_addr >= need_tail`` and
+    ``*head_addr >= need_head`` (a need <= 0 is already met).
+
+    Returns the nanoseconds waited (>= 0) when ready, SPIN_PREEMPT when the budget
+    ``budget_ns`` ran out, SPIN_ABORT when the host set the abort word.
+    """
+    start = now_ns()
+    spins = 0
+    while True:
+        ready = True
+        if need_tail > 0:
+            if load_acquire(tail_addr) < need_tail:
+                ready = False
+        if ready and need_head > 0:
+            if load_acquire(head_addr) < need_head:
+                ready = False
+        waited = now_ns() - start
+        if ready:
+            return waited
+        if waited >= budget_ns:
+            return SPIN_PREEMPT
+        spins += 1
+        if (spins & ABORT_CHECK_MASK) == 0:
+            if load_volatile(abort_addr) != 0:
+                return SPIN_ABORT
+        backoff()
+
+
+@cuda.jit(device=True)
+def _combine(op, a, b):
+    if op == OP_PROD:
+        return a * b
+    if op == OP_MAX:
+        return max(a, b)
+    if op == OP_MIN:
+        return min(a, b)
+    return a + b
+
+
+def _make_mover(nptype):
+    """The generic primitive for one element type (a factory, not a template)."""
+    integer = np.issubdtype(nptype, np.integer)
+
+    @cuda.jit(device=True)
+    def _post(v, divisor):
+        if integer:
+            return v // divisor
+        return v / nptype(divisor)
+
+    @cuda.jit(device=True)
+    def mover(n, flags, op, divisor, slot_in, user_in, slot_out, user_out):
+        src = as_array(slot_in, n if flags & F_RECV else 0, nptype)
+        mine = as_array(user_in, n if flags & F_USER_IN else 0, nptype)
+        dst = as_array(slot_out, n if flags & F_SEND else 0, nptype)
+        out = as_array(user_out, n if flags & F_USER_OUT else 0, nptype)
+        i = cuda.threadIdx.x
+        stride = cuda.blockDim.x
+        while i < n:
+            if flags & F_RECV:
+                v = src[i]
+                if flags & F_USER_IN:
+                    v = _combine(op, v, mine[i])
+            else:
+                v = mine[i]
+            if flags & F_POSTDIV:
+                v = _post(v, divisor)
+            if flags & F_SEND:
+                dst[i] = v
+            if flags & F_USER_OUT:
+                out[i] = v
+            i += stride
+
+    return mover
+
+
+_DT = {name: code for name, code in DTYPES.items()}
+_move_f32 = _make_mover(np.float32)
+_move_f64 = _make_mover(np.float64)
+_move_i32 = _make_mover(np.int32)
+_move_i64 = _make_mover(np.int64)
+_move_i8 = _make_mover(np.int8)
+_move_u8 = _make_mover(np.uint8)
+DT_F32, DT_F64, DT_I32, DT_I64, DT_I8, DT_U8 = (
+    _DT[k] for k in ("float32", "float64", "int32", "int64", "int8", "uint8"))
+
+
+@cuda.jit(device=True)
+def move(dtype, n, flags, op, divisor, slot_in, user_in, slot_out, user_out):
+    """Run by every thread of the block: one primitive's data movement for ``n`` elements."""
+    if dtype == DT_F32:
+        _move_f32(n, flags, op, divisor, slot_in, user_in, slot_out, user_out)
+    elif dtype == DT_F64:
+        _move_f64(n, flags, op, divisor, slot_in, user_in, slot_out, user_out)
+    elif dtype == DT_I32:
+        _move_i32(n, flags, op, divisor, slot_in, user_in, slot_out, user_out)
+    elif dtype == DT_I64:
+        _move_i64(n, flags, op, divisor, slot_in, user_in, slot_out, user_out)
+    elif dtype == DT_I8:
+        _move_i8(n, flags, op, divisor, slot_in, user_in, slot_out, user_out)
+    elif dtype == DT_U8:
+        _move_u8(n, flags, op, divisor, slot_in, user_in, slot_out, user_out)

@@ -1,0 +1,66 @@
+"""Ring all-reduce as a list of steps: reduce-scatter, then all-gather.
+
+One loop moves ``nranks`` chunks of at most one slot each around the ring (rank r sends to
+r+1 and receives from r-1). For rank r the loop is, as in NCCL's ``all_reduce.h``::
+
+    step 0            send              chunk r-1      (my input, to start the reduction)
+    steps 1..n-2      recvReduceSend    chunk r-1-s    (add mine, pass on)
+    step n-1          recvReduceCopySend chunk r       (fully reduced: keep it, pass it on)
+    steps n..2n-3     recvCopySend      chunk r-s+n-1  (keep, pass on)
+    step 2n-2         recv              chunk r+1      (keep)
+
+Each step is one primitive and one preemption point: the saved context is (loop, step).
+"""
+
+from numba import cuda
+
+from .primitives import (COPY, RECV, RECV_COPY_SEND, RECV_REDUCE_COPY_SEND,
+                         RECV_REDUCE_SEND, SEND)
+
+__all__ = ["steps_per_loop", "ring_step", "chunk_span", "channel_span"]
+
+
+@cuda.jit(device=True)
+def steps_per_loop(nranks):
+    if nranks == 1:
+        return 1
+    return 2 * nranks - 1
+
+
+@cuda.jit(device=True)
+def ring_step(rank, nranks, step):
+    """(chunk index, primitive flags) of ``step`` of a loop, for ``rank``."""
+    if nranks == 1:
+        return 0, COPY
+    if step == 0:
+        return (rank - 1 + nranks) % nranks, SEND
+    if step < nranks - 1:
+        return (rank - 1 - step + 2 * nranks) % nranks, RECV_REDUCE_SEND
+    chunk = (rank - (step - nranks + 1) + 2 * nranks) % nranks
+    if step == nranks - 1:
+        return chunk, RECV_REDUCE_COPY_SEND
+    if step == 2 * nranks - 2:
+        return chunk, RECV
+    return chunk, RECV_COPY_SEND
+
+
+@cuda.jit(device=True)
+def channel_span(count, nchannels, channel):
+    """[begin, end) of the elements one channel (daemon block) handles."""
+    per = (count + nchannels - 1) // nchannels
+    begin = min(count, channel * per)
+    return begin, min(count, begin + per)
+
+
+@cuda.jit(device=True)
+def chunk_span(begin, end, loop, chunk, nranks, slot_elems):
+    """(first element, length) of ``chunk`` in ``loop`` of the channel [begin, end)."""
+    loop_size = nranks * slot_elems
+    offset = begin + loop * loop_size
+    remaining = min(loop_size, end - offset)
+    chunk_size = (remaining + nranks - 1) // nranks
+    first = offset + chunk * chunk_size
+    length = min(chunk_size, offset + remaining - first)
+    if length < 0:
+        length = 0
+    return first, length

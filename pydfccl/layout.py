@@ -1,0 +1,147 @@
+"""Fixed-layout records shared by the host and the daemon kernel.
+
+Each record is a numpy structured dtype with explicit padding; the kernel reads and writes
+64-bit words at offsets derived here from the same dtypes, so the two sides cannot drift.
+
+Two regions per rank:
+
+* the *control row*, in memory both the host and the GPU can reach (mapped pinned memory,
+  or shared memory under the simulator): the submission queue (SQ), the completion queue
+  (CQ), the abort word, policy parameters and per-block status and statistics;
+* the *pool*, in device memory that peers can reach: the collective table, the saved task
+  contexts, and the connectors (slot buffers with head/tail counters) through which the
+  previous rank in the ring sends data to this one.
+"""
+
+import numpy as np
+
+__all__ = [
+    "MAX_COLLS", "MAX_BLOCKS", "SQ_CAP", "CQ_CAP",
+    "BLOCK_STATUS", "SQ_ENTRY", "CQ_ENTRY", "CTL_ROW", "COLL_ENTRY", "TASK", "POOL_HEADER",
+    "CONN_HEADER_BYTES", "conn_bytes", "pool_bytes", "word",
+]
+
+MAX_COLLS = 128   # prepared collectives per communicator (bounds a shared-memory list)
+MAX_BLOCKS = 16   # daemon blocks (channels) per rank
+SQ_CAP = 256      # > MAX_COLLS: with one run in flight per collective the SQ never overflows
+CQ_CAP = 256
+
+I8 = "<i8"
+
+BLOCK_STATUS = np.dtype([
+    ("sq_frontier", I8),   # SQ entries this block has taken
+    ("coll", I8),          # collective last loaded + 1, until it completes (0: none)
+    ("step", I8),          # its step counter
+    ("waits", I8),         # 1: waits for data from prev, 2: for slot credit from next
+    ("completed", I8),
+    ("preemptions", I8),
+    ("exits", I8),         # launches of this block that ended
+    ("progress", I8),      # steps done, ever (the watchdog's heartbeat)
+])
+
+SQ_ENTRY = np.dtype([
+    ("seq", I8),           # written last by the host: submission number + 1
+    ("coll", I8),
+    ("send", I8),
+    ("recv", I8),
+    ("priority", I8),
+    ("pad", I8, 3),
+])
+
+CQ_ENTRY = np.dtype([
+    ("stamp", I8),         # written last by the GPU: completion number + 1
+    ("coll", I8),
+])
+
+CTL_ROW = np.dtype([
+    ("abort", I8),
+    ("host_blocked", I8),  # 1 while this rank's host is blocked in a device synchronize
+    ("host_submitted", I8),
+    ("host_completed", I8),
+    ("pad", I8, 4),
+    ("params", I8, 8),
+    ("blocks", BLOCK_STATUS, MAX_BLOCKS),
+    ("sq", SQ_ENTRY, SQ_CAP),
+    ("cq", CQ_ENTRY, CQ_CAP),
+])
+
+COLL_ENTRY = np.dtype([
+    ("kind", I8),
+    ("dtype", I8),
+    ("op", I8),
+    ("count", I8),
+    ("root", I8),
+    ("priority", I8),
+    ("nchannels", I8),
+    ("itemsize", I8),
+])
+
+TASK = np.dtype([          # the saved context of one collective on one block
+    ("active", I8),
+    ("seq", I8),
+    ("send", I8),
+    ("recv", I8),
+    ("step", I8),          # step within the current loop
+    ("loop", I8),
+    ("tries", I8),         # loads of this run (stickiness)
+    ("sent", I8),          # slots sent on this connector, ever
+    ("recvd", I8),         # slots received on this connector, ever
+    ("priority", I8),
+    ("pad", I8, 6),
+])
+
+POOL_HEADER = np.dtype([
+    ("cq_reserve", I8),
+    ("pad", I8, 31),
+    ("done", I8, MAX_COLLS),   # blocks that finished each collective, ever
+    ("colls", COLL_ENTRY, MAX_COLLS),
+    ("sq_frontier", I8, MAX_BLOCKS),
+    ("tasks", TASK, (MAX_BLOCKS, MAX_COLLS)),
+], align=True)
+
+CONN_HEADER_BYTES = 256    # tail word, then head word 128 bytes later (separate lines)
+CONN_TAIL = 0
+CONN_HEAD = 128
+HEADER_BYTES = (POOL_HEADER.itemsize + 255) // 256 * 256
+
+
+def conn_bytes(nslots: int, slot_bytes: int) -> int:
+    return CONN_HEADER_BYTES + nslots * slot_bytes
+
+
+def pool_bytes(max_colls: int, nblocks: int, nslots: int, slot_bytes: int) -> int:
+    return HEADER_BYTES + max_colls * nblocks * conn_bytes(nslots, slot_bytes)
+
+
+def word(dtype: np.dtype, *path: str) -> int:
+    """Byte offset of a (nested) field: ``word(CTL_ROW, "blocks")``."""
+    offset = 0
+    for name in path:
+        field_dtype, field_offset = dtype.fields[name][:2]
+        offset += field_offset
+        dtype = field_dtype.base if field_dtype.subdtype else field_dtype
+    return offset
+
+
+# Byte offsets the kernel uses (module-level ints, frozen into the compiled daemon).
+CTL_ABORT = word(CTL_ROW, "abort")
+CTL_PARAMS = word(CTL_ROW, "params")
+CTL_BLOCKS = word(CTL_ROW, "blocks")
+CTL_SQ = word(CTL_ROW, "sq")
+CTL_CQ = word(CTL_ROW, "cq")
+BS_SIZE = BLOCK_STATUS.itemsize
+BS = {name: word(BLOCK_STATUS, name) for name in BLOCK_STATUS.names}
+SQ_SIZE = SQ_ENTRY.itemsize
+SQ_F = {name: word(SQ_ENTRY, name) for name in SQ_ENTRY.names}
+CQ_SIZE = CQ_ENTRY.itemsize
+CQ_F = {name: word(CQ_ENTRY, name) for name in CQ_ENTRY.names}
+
+P_CQ_RESERVE = word(POOL_HEADER, "cq_reserve")
+P_DONE = word(POOL_HEADER, "done")
+P_COLLS = word(POOL_HEADER, "colls")
+P_SQ_FRONTIER = word(POOL_HEADER, "sq_frontier")
+P_TASKS = word(POOL_HEADER, "tasks")
+COLL_SIZE = COLL_ENTRY.itemsize
+COLL_F = {name: word(COLL_ENTRY, name) for name in COLL_ENTRY.names}
+TASK_SIZE = TASK.itemsize
+TASK_F = {name: word(TASK, name) for name in TASK.names}

@@ -1,0 +1,161 @@
+"""Host-side portability: the few host operations that differ between a GPU and the
+CUDA simulator (allocation, addresses, streams, launching, synchronizing).
+
+Under the simulator (``NUMBA_ENABLE_CUDASIM=1``) "device" memory is ordinary host memory
+(optionally shared between rank processes) and a kernel launch runs to completion on the
+calling thread; on a GPU, launches are asynchronous on a non-blocking stream. The
+communicator is written against this module only.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+from numba import cuda
+
+from .kernels.memory import SIMULATOR
+
+# A daemon deliberately uses a few blocks; Numba's low-occupancy warning would fire on every
+# launch.
+cuda.config.CUDA_LOW_OCCUPANCY_WARNINGS = 0
+
+__all__ = ["SIMULATOR", "gpu_available", "DeviceBuffer", "HostBuffer", "address_of", "empty",
+           "new_stream", "launch", "wait_stream", "synchronize_device", "to_numpy",
+           "is_device_array"]
+
+
+def gpu_available() -> bool:
+    if SIMULATOR:
+        return False
+    try:
+        return bool(cuda.is_available())
+    except Exception:  # a broken driver install is "no GPU", not a crash
+        return False
+
+
+def address_of(array) -> int:
+    """The address the daemon uses for ``array`` (device pointer, or host pointer in the
+    simulator)."""
+    if SIMULATOR or isinstance(array, np.ndarray) and not hasattr(array, "__cuda_array_interface__"):
+        return int(array.ctypes.data)
+    return int(array.__cuda_array_interface__["data"][0])
+
+
+def is_device_array(array) -> bool:
+    if SIMULATOR:
+        return isinstance(array, np.ndarray)
+    return hasattr(array, "__cuda_array_interface__")
+
+
+class DeviceBuffer:
+    """Zeroed device memory of ``nbytes`` (under the simulator: host memory, or a view of
+    memory the caller provides and has zeroed, such as a shared-memory segment), with ``addr`` for the daemon and ``write(offset, bytes)`` for the host."""
+
+    def __init__(self, nbytes: int, host_view: np.ndarray | None = None):
+        self.nbytes = nbytes
+        if SIMULATOR:
+            self._host = host_view if host_view is not None else np.zeros(nbytes, np.uint8)
+            self.addr = int(self._host.ctypes.data)
+        else:
+            self._dev = cuda.to_device(np.zeros(nbytes, np.uint8))
+            self.addr = address_of(self._dev)
+
+    def write(self, offset: int, data: np.ndarray) -> None:
+        raw = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
+        if SIMULATOR:
+            self._host[offset:offset + raw.size] = raw
+        else:
+            self._dev[offset:offset + raw.size].copy_to_device(raw)
+
+    def read(self, offset: int, nbytes: int) -> np.ndarray:
+        if SIMULATOR:
+            return self._host[offset:offset + nbytes].copy()
+        return self._dev[offset:offset + nbytes].copy_to_host()
+
+
+class HostBuffer:
+    """Zeroed memory that both the host and the daemon read and write while it runs
+    (mapped pinned memory on a GPU). ``array`` is its numpy view, ``addr`` the daemon's."""
+
+    def __init__(self, nbytes: int, host_view: np.ndarray | None = None):
+        if SIMULATOR:
+            self.array = host_view if host_view is not None else np.zeros(nbytes, np.uint8)
+        else:
+            self._mapped = cuda.mapped_array(nbytes, dtype=np.uint8)
+            self.array = np.ndarray.view(self._mapped, np.ndarray)
+        if host_view is None:
+            self.array[...] = 0
+        self.addr = address_of(self._mapped if not SIMULATOR else self.array)
+
+
+def empty(count: int, dtype) -> object:
+    """A user buffer on this rank's device (numpy under the simulator)."""
+    if SIMULATOR:
+        return np.empty(count, dtype)
+    return cuda.device_array(count, dtype)
+
+
+def to_numpy(array) -> np.ndarray:
+    if isinstance(array, np.ndarray) and not hasattr(array, "copy_to_host"):
+        return array
+    if hasattr(array, "copy_to_host"):
+        return array.copy_to_host()
+    return np.asarray(cuda.as_cuda_array(array, sync=False).copy_to_host())
+
+
+def new_stream():
+    """A non-blocking stream: a persistent daemon on a stream that synchronizes with the
+    legacy default stream would block every other launch on the device."""
+    if SIMULATOR:
+        return None
+    from cuda.bindings import driver
+
+    cuda.current_context()
+    err, handle = driver.cuStreamCreate(driver.CUstream_flags.CU_STREAM_NON_BLOCKING.value)
+    if int(err) != 0:
+        raise RuntimeError(f"cuStreamCreate failed: {err}")
+    stream = cuda.external_stream(int(handle))
+    stream._pydfccl_handle = handle  # keep the driver handle alive with the stream
+    return stream
+
+
+def launch(kernel, nblocks: int, nthreads: int, stream, args) -> None:
+    """Launch ``kernel``; under the simulator this returns when the kernel has exited."""
+    if SIMULATOR:
+        kernel[nblocks, nthreads](*args)
+    else:
+        kernel[nblocks, nthreads, stream](*args)
+
+
+def wait_stream(stream) -> None:
+    if stream is not None:
+        stream.synchronize()
+
+
+def synchronize_device() -> None:
+    """A real device-wide synchronize (GPU only; the communicator emulates it otherwise)."""
+    cuda.synchronize()
+
+
+def _install_gentle_block_supervisor() -> None:
+    """The simulator's block supervisor polls its threads in a tight loop holding the GIL;
+    a daemon block lives for seconds, so let the supervisor sleep between polls."""
+    from numba.cuda.simulator import kernel as simkernel
+
+    if getattr(simkernel.BlockManager, "_pydfccl_gentle", False):
+        return
+    original_is_alive = simkernel.BlockThread.is_alive
+
+    def is_alive(self):
+        time.sleep(50e-6)
+        return original_is_alive(self)
+
+    simkernel.BlockThread.is_alive = is_alive
+    simkernel.BlockManager._pydfccl_gentle = True
+    sys.setswitchinterval(1e-4)
+
+
+if SIMULATOR:
+    _install_gentle_block_supervisor()

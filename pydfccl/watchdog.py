@@ -1,0 +1,95 @@
+"""The watchdog: no progress anywhere for ``timeout`` seconds while work is outstanding
+becomes a report (who waits on whom, the wait-for cycle) and an abort of every rank.
+
+It reads only the control rows, which every rank can see, so each rank's watchdog reaches
+the same verdict; the first one writes the report that all ranks raise.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+__all__ = ["Watchdog", "wait_for_report"]
+
+WAITS_DATA, WAITS_CREDIT = 1, 2
+
+
+def wait_for_report(world, describe) -> tuple[str, list | None]:
+    """Describe what every rank waits on; returns (text, cycle or None)."""
+    from .sched.model import find_wait_cycle
+
+    n = world.nranks
+    nblocks = world.config.nblocks
+    ctl = world.ctl
+    running = []
+    for r in range(n):
+        blocks = ctl["blocks"][r][:nblocks]
+        running.append({int(c) - 1 for c in blocks["coll"] if c > 0})
+    lines, edges = [], {}
+    for r in range(n):
+        blocks = ctl["blocks"][r][:nblocks]
+        outstanding = int(ctl["host_submitted"][r] - ctl["host_completed"][r])
+        head = f"rank {r}: {outstanding} outstanding"
+        if ctl["host_blocked"][r]:
+            head += ", host blocked in a device synchronize"
+        waits = []
+        for b in range(nblocks):
+            coll = int(blocks["coll"][b]) - 1
+            if coll < 0:
+                continue
+            for flag, peer, what in ((WAITS_DATA, (r - 1) % n, "data from"),
+                                     (WAITS_CREDIT, (r + 1) % n, "slot credit from")):
+                if not blocks["waits"][b] & flag or peer == r:
+                    continue
+                if coll in running[peer]:
+                    continue   # the peer is on the same collective: not the blocker
+                doing = (", ".join(describe(c) for c in sorted(running[peer]))
+                         or "no collective")
+                waits.append(f"{describe(coll)} (block {b}) waits for {what} rank {peer}, "
+                             f"which is on {doing}")
+                edges.setdefault(r, []).append(peer)
+        lines.append(head + (": " + "; ".join(waits) if waits else ""))
+    cycle = find_wait_cycle(edges)
+    if cycle:
+        lines.append("wait-for cycle: " + " -> ".join(f"rank {r}" for r in cycle + cycle[:1]))
+    else:
+        lines.append("no wait-for cycle among the daemons: a rank has not submitted a "
+                     "collective its peers run, or its host is blocked")
+    return "\n".join(lines), cycle
+
+
+class Watchdog:
+    def __init__(self, world, rank: int, timeout: float, describe):
+        self.world = world
+        self.rank = rank
+        self.timeout = timeout
+        self.describe = describe
+        self._signature = None
+        self._since = time.monotonic()
+        self._next_look = 0.0
+
+    def _progress_signature(self) -> bytes:
+        blocks = self.world.ctl["blocks"][:, : self.world.config.nblocks]
+        return np.concatenate([blocks["progress"].ravel(), blocks["completed"].ravel()]).tobytes()
+
+    def check(self) -> str | None:
+        """Called while this rank has outstanding work; a report once it is stalled."""
+        now = time.monotonic()
+        if now < self._next_look:
+            return None
+        self._next_look = now + min(0.05, self.timeout / 10)
+        signature = self._progress_signature()
+        if signature != self._signature:
+            self._signature, self._since = signature, now
+            return None
+        if now - self._since < self.timeout:
+            return None
+        text, _ = wait_for_report(self.world, self.describe)
+        report = (f"deadlock: no progress on any rank for {self.timeout:.1f} s "
+                  f"(seen by rank {self.rank})\n{text}")
+        if not self.world.ctl["abort"].any():
+            self.world.set_report(report)
+        self.world.abort_all()
+        return self.world.get_report() or report

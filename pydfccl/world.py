@@ -1,0 +1,117 @@
+"""The memory a set of ranks shares: control rows, pools, peer tables, the abort report.
+
+A ``World`` is made once per job. With ranks as threads of one process (one GPU) it owns
+the memory; with one simulated process per rank each process attaches to shared-memory
+segments that the launching parent made, and sees its peers' pools at its own addresses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from . import layout as L
+from .platform import SIMULATOR, DeviceBuffer, HostBuffer
+
+__all__ = ["WorldConfig", "World", "REPORT_BYTES"]
+
+REPORT_BYTES = 8192
+
+
+_DEFAULTS = {
+    False: dict(nblocks=4, nthreads=512, nslots=4, slot_bytes=128 * 1024, max_colls=32),
+    True: dict(nblocks=1, nthreads=1, nslots=4, slot_bytes=256, max_colls=16),
+}
+
+
+@dataclass(frozen=True)
+class WorldConfig:
+    """Sizes fixed for a job. Unset sizes take defaults that suit an H200 (GPU) or a quick
+    CPU run (``simulator=True``: one thread per block, small slots)."""
+
+    nranks: int
+    nblocks: int | None = None
+    nthreads: int | None = None
+    nslots: int | None = None
+    slot_bytes: int | None = None
+    max_colls: int | None = None
+    simulator: bool = SIMULATOR
+
+    def __post_init__(self):
+        for name, value in _DEFAULTS[self.simulator].items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, value)
+        checks = [
+            (self.nranks >= 1, "nranks must be >= 1"),
+            (1 <= self.nblocks <= L.MAX_BLOCKS, f"nblocks must be in 1..{L.MAX_BLOCKS}"),
+            (self.nthreads >= 1, "nthreads must be >= 1"),
+            (self.nslots >= 2, "nslots must be >= 2 (a ring step receives and sends at "
+                                "once, so with one slot every rank would wait for a free one)"),
+            (self.slot_bytes >= 16 and self.slot_bytes % 16 == 0,
+             "slot_bytes must be a positive multiple of 16"),
+            (1 <= self.max_colls <= L.MAX_COLLS, f"max_colls must be in 1..{L.MAX_COLLS}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(f"WorldConfig: {message}")
+
+    @property
+    def ctl_bytes(self) -> int:
+        return self.nranks * L.CTL_ROW.itemsize + REPORT_BYTES
+
+    @property
+    def pool_bytes(self) -> int:
+        return L.pool_bytes(self.max_colls, self.nblocks, self.nslots, self.slot_bytes)
+
+    @property
+    def conn_stride(self) -> int:
+        return L.conn_bytes(self.nslots, self.slot_bytes)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+class World:
+    """Control rows (host-visible), one pool per rank (device), and each rank's peer table.
+
+    ``ctl_mem``/``pool_mem``: zeroed uint8 views of shared memory to attach to (simulator,
+    one process per rank); when omitted the world allocates its own.
+    """
+
+    def __init__(self, config: WorldConfig, ctl_mem: np.ndarray | None = None,
+                 pool_mem: np.ndarray | None = None):
+        self.config = config
+        n = config.nranks
+        self._ctl = HostBuffer(config.ctl_bytes, ctl_mem)
+        rows = n * L.CTL_ROW.itemsize
+        self.ctl = self._ctl.array[:rows].view(L.CTL_ROW)
+        self.report = self._ctl.array[rows:rows + REPORT_BYTES]
+        self.ctl_addr = [self._ctl.addr + r * L.CTL_ROW.itemsize for r in range(n)]
+        size = config.pool_bytes
+        if pool_mem is None:
+            self.pools = [DeviceBuffer(size) for _ in range(n)]
+        else:
+            if not SIMULATOR:
+                raise RuntimeError("shared-memory pools are for the simulator only")
+            self.pools = [DeviceBuffer(size, pool_mem[r * size:(r + 1) * size]) for r in range(n)]
+        self.pool_addr = [p.addr for p in self.pools]
+        self.peers = DeviceBuffer(8 * n)
+        self.peers.write(0, np.array(self.pool_addr, dtype=np.int64))
+
+    @property
+    def nranks(self) -> int:
+        return self.config.nranks
+
+    def set_report(self, text: str) -> None:
+        raw = text.encode()[: REPORT_BYTES - 1]
+        self.report[: len(raw)] = np.frombuffer(raw, np.uint8)
+        self.report[len(raw)] = 0
+
+    def get_report(self) -> str:
+        raw = bytes(self.report)
+        return raw.split(b"\0", 1)[0].decode(errors="replace")
+
+    def abort_all(self) -> None:
+        for r in range(self.nranks):
+            self.ctl["abort"][r] = 1

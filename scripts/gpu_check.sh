@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The GPU batch: run on the lent H200 (device tool) from the repository root, e.g.
+#   run(command="bash scripts/gpu_check.sh full", carry=[".whl"])
+# It runs the GPU test suite, the chaos demos and the benchmarks, and writes one log per
+# stage plus summary.txt under $OUT (default ./out). Stages: quick | full | a list of names.
+set -u
+OUT=${OUT:-out}
+mkdir -p "$OUT"
+# The image's numpy 2.5 breaks numba-cuda 0.30: carry a numpy 2.4 wheel in .whl/ (see docs/gpu.md).
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site
+fi
+export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD" PYTHONUNBUFFERED=1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+SUMMARY="$OUT/summary.txt"
+{ date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader;
+  python3 -c "import numba, numba_cuda, numpy; print('numba', numba.__version__, 'numba-cuda', numba_cuda.__version__, 'numpy', numpy.__version__)"; } | tee "$SUMMARY"
+
+stage() {  # stage NAME TIMEOUT_S COMMAND...: log to $OUT/NAME.log, one summary line
+  local name=$1 limit=$2; shift 2
+  local t0=$SECONDS
+  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  echo "[$name] rc=$rc ${SECONDS}s-${t0}s: $*" | tee -a "$SUMMARY"
+  tail -n 12 "$OUT/$name.log" | sed 's/^/    /' | tee -a "$SUMMARY"
+}
+
+PY=python3
+case "${1:-quick}" in
+  quick) stages="tests demo4 demo8_nccl bench" ;;
+  full)  stages="tests demo8 demo8_nccl demo4_sync bench" ;;
+  *)     stages="$*" ;;
+esac
+for s in $stages; do
+  case $s in
+    tests)      stage tests 400 $PY -m pytest -q -x -p no:cacheprovider tests ;;
+    demo4)      stage demo4 200 $PY -m pydfccl demo -n 4 -k 8 -i 50 --no-progress ;;
+    demo8)      stage demo8 300 $PY -m pydfccl demo -n 8 -k 8 -i 200 --no-progress ;;
+    demo8_nccl) stage demo8_nccl 120 $PY -m pydfccl demo -n 8 -k 8 -i 200 --policy nccl --no-progress ;;
+    demo4_sync) stage demo4_sync 300 $PY -m pydfccl demo -n 4 -k 8 -i 20 --sync device --no-progress ;;
+    demo8_sync) stage demo8_sync 300 $PY -m pydfccl demo -n 8 -k 8 -i 20 --sync device --no-progress ;;
+    bench)      stage bench 300 $PY -m pydfccl bench -n 2 --iters 10000 ;;
+    bench_si)   stage bench_si 300 $PY -m pydfccl bench -n 2 --iters 10000 --switch-interval 1e-5 ;;
+    bench8)     stage bench8 300 $PY -m pydfccl bench -n 8 --iters 3000 ;;
+    bench1)     stage bench1 300 $PY -m pydfccl bench -n 1 --iters 3000 ;;
+    demo4_inorder) stage demo4_inorder 200 $PY -m pydfccl demo -n 4 -k 8 -i 50 --in-order --no-progress ;;
+    *) echo "unknown stage $s" | tee -a "$SUMMARY" ;;
+  esac
+done

@@ -1,0 +1,198 @@
+"""Deterministic unit tests of the daemon model (pydfccl.sched.model)."""
+
+import json
+import time
+
+import pytest
+
+from pydfccl.sched import policies
+from pydfccl.sched.model import (COMPLETED, DEADLOCK, LIVELOCK, SYNC, Collective, Schedule,
+                                 find_wait_cycle, ring_steps, run_schedule, submit)
+
+PREEMPTIVE = ["dfccl", "fixed", "patient_head"]
+ALL = PREEMPTIVE + ["nccl", "launch_per_call"]
+
+
+def sim(policy):
+    """The CPU-simulator parameters: short spin budgets and quick quits."""
+    return policies.get_policy(policy).param_array(model=True)
+
+
+def test_ring_steps_follow_the_nccl_ring_order():
+    names = [name for name, _, _ in ring_steps(3)]
+    assert names == ["send", "recvReduceSend", "recvReduceCopySend", "recvCopySend", "recv"]
+    assert ring_steps(2)[0] == ("send", False, True) and ring_steps(2)[-1] == ("recv", True, False)
+
+
+@pytest.mark.parametrize("policy", ALL)
+def test_same_order_completes_with_exact_sums(policy):
+    sched = Schedule.from_orders([[0, 1, 2]] * 3, counts=7)
+    res = run_schedule(sched, policy)
+    assert res.outcome == COMPLETED
+    assert res.exact and all(v is not None for per_rank in res.values.values() for v in per_rank)
+    assert res.expected[0] == [sum((r + 1) * (e + 1) for r in range(3)) for e in range(7)]
+    assert res.completion_order == [[0, 1, 2]] * 3
+
+
+def test_nccl_deadlocks_on_opposite_orders_and_names_the_cycle():
+    res = run_schedule(Schedule.from_orders([[0, 1], [1, 0]]), "nccl")
+    assert res.outcome == DEADLOCK
+    assert res.cycle == [(0, 0, 1), (1, 1, 0)]
+    assert res.preemptions == 0
+
+
+def test_nccl_cycle_follows_the_ring():
+    # ranks 0 and 2 agree, rank 1 does not: 0 waits on 2 (its prev) in c0, 2 on 1 in c0,
+    # 1 on 0 in c1
+    res = run_schedule(Schedule.from_orders([[0, 1], [1, 0], [0, 1]]), "nccl")
+    assert res.outcome == DEADLOCK
+    assert res.cycle == [(0, 0, 2), (2, 0, 1), (1, 1, 0)]
+
+
+@pytest.mark.parametrize("policy", PREEMPTIVE)
+def test_preemption_resolves_opposite_orders(policy):
+    res = run_schedule(Schedule.from_orders([[0, 1], [1, 0]], counts=5), policy)
+    assert res.outcome == COMPLETED and res.exact
+    assert res.preemptions > 0
+
+
+def test_gpu_sized_budgets_stay_cheap():
+    start = time.perf_counter()
+    paper_order = policies.get_policy("dfccl").with_params(ORDER_BY_ID=0)
+    res = run_schedule(Schedule.from_orders([[0, 1, 2], [2, 1, 0], [1, 2, 0]], counts=9),
+                       paper_order, params=paper_order.param_array())  # GPU budgets as ticks
+    assert res.outcome == COMPLETED and res.exact
+    assert res.ticks > 10_000          # thousands of ticks per preemption...
+    assert time.perf_counter() - start < 1.0   # ...skipped, not simulated one by one
+
+
+SYNC_CYCLE = Schedule.from_orders([[0, "sync", 1], [1, "sync", 0]])
+
+
+@pytest.mark.parametrize("policy", ["nccl", "launch_per_call"])
+def test_sync_cycle_deadlocks_without_preemption(policy):
+    res = run_schedule(SYNC_CYCLE, policy)
+    assert res.outcome == DEADLOCK
+    assert res.cycle == [(0, 0, 1), (1, 1, 0)]
+    assert res.blocked == {0: "sync", 1: "sync"}
+
+
+@pytest.mark.parametrize("policy", PREEMPTIVE)
+def test_voluntary_quit_breaks_the_sync_cycle(policy):
+    res = run_schedule(SYNC_CYCLE, policy, sim(policy))
+    assert res.outcome == COMPLETED and res.exact
+    assert res.quits >= 2 and res.relaunches >= 2
+
+
+def test_without_quitting_the_sync_cycle_livelocks():
+    never_quit = policies.get_policy("dfccl").with_params(QUIT_AFTER=1 << 60, BASE=10)
+    res = run_schedule(SYNC_CYCLE, never_quit, max_quiet_ticks=20_000)
+    assert res.outcome == LIVELOCK
+    assert res.preemptions > 0 and res.quits == 0
+    assert res.waits == {0: [(0, 1)], 1: [(1, 0)]}
+
+
+def test_a_sync_never_returns_while_an_nccl_daemon_runs():
+    # everything completes, but the persistent daemon never quits, so neither sync returns
+    sched = Schedule.from_orders([[0, "sync"], [0, "sync"]])
+    res = run_schedule(sched, "nccl")
+    assert res.outcome == DEADLOCK and res.cycle is None
+    assert res.blocked == {0: "sync", 1: "sync"}
+    assert res.values[0] == [res.expected[0]] * 2
+    # launch_per_call quits on an empty queue, like NCCL's per-collective kernels
+    assert run_schedule(sched, "launch_per_call").outcome == COMPLETED
+
+
+@pytest.mark.parametrize("policy", ALL)
+def test_wait_all_cycle_deadlocks_every_policy(policy):
+    # wait_all blocks the host on completions: no GPU-side scheduling can help
+    sched = Schedule.from_orders([[0, "wait_all", 1], [1, "wait_all", 0]])
+    res = run_schedule(sched, policy, sim(policy))
+    assert res.outcome == DEADLOCK
+    assert sorted(res.cycle) == [(0, 0, 1), (1, 1, 0)]
+
+
+@pytest.mark.parametrize("policy", PREEMPTIVE)
+def test_late_high_priority_collective_overtakes(policy):
+    # collective 2 arrives last but has the highest priority; 0 is already running by then
+    sched = Schedule.from_orders([[0, 1, 2]] * 2, counts={0: 16, 1: 4, 2: 4},
+                                 priorities={2: 5})
+    res = run_schedule(sched, policy, sim(policy))
+    assert res.outcome == COMPLETED and res.exact
+    assert res.completion_order == [[0, 2, 1]] * 2
+    # the baseline ignores priorities
+    assert run_schedule(sched, "nccl").completion_order == [[0, 1, 2]] * 2
+
+
+@pytest.mark.parametrize("nranks,nslots,slot_elems", [(2, 2, 1), (4, 2, 3), (5, 3, 2), (3, 4, 5)])
+def test_multi_loop_sums_are_exact(nranks, nslots, slot_elems):
+    count = 37
+    values = {0: [[(7 * r + 3 * e) % 11 - 5 for e in range(count)] for r in range(nranks)]}
+    sched = Schedule.from_orders([[0]] * nranks, counts=count)
+    res = run_schedule(sched, "dfccl", nslots=nslots, slot_elems=slot_elems, values=values)
+    assert res.outcome == COMPLETED
+    want = [sum(values[0][r][e] for r in range(nranks)) for e in range(count)]
+    assert res.values[0] == [want] * nranks
+
+
+def test_one_slot_per_connector_is_refused():
+    # with one slot, every rank holds a full outgoing slot and needs a free one to consume
+    # its input: the ring itself deadlocks
+    with pytest.raises(ValueError, match="nslots >= 2"):
+        run_schedule(Schedule.from_orders([[0], [0]]), "dfccl", nslots=1)
+
+
+def test_a_wrong_sum_is_reported_as_inexact():
+    res = run_schedule(Schedule.from_orders([[0], [0]], counts=3), "dfccl")
+    res.values[0][1][2] += 1
+    assert not res.exact
+
+
+def test_quitting_between_submissions_relaunches():
+    policy = policies.get_policy("dfccl").with_params(QUIT_AFTER=1, BASE=2)
+    sched = Schedule.from_orders([[0, 1, 2], [0, 1, 2]], counts=6)
+    res = run_schedule(sched, policy, start_ticks=[0, 40], relaunch_ticks=3)
+    assert res.outcome == COMPLETED and res.exact
+    assert res.relaunches > 0
+
+
+def test_runs_are_deterministic_and_seeds_matter():
+    sched = Schedule.from_orders([[0, 1, "sync", 2], [2, 0, 1], [1, "sync", 2, 0]], counts=4,
+                                 priorities={1: 1})
+    a = run_schedule(sched, "dfccl", sim("dfccl"), seed=3)
+    assert a == run_schedule(sched, "dfccl", sim("dfccl"), seed=3)
+    ticks = {run_schedule(sched, "dfccl", sim("dfccl"), seed=s).ticks for s in range(8)}
+    assert len(ticks) > 1
+
+
+def test_schedule_json_format_and_round_trip():
+    sched = Schedule(2, {0: Collective(1, 0), 5: Collective(4, 1)},
+                     [[submit(0), SYNC, submit(5)], [submit(5), submit(0)]])
+    data = json.loads(sched.to_json())
+    assert data == {"nranks": 2,
+                    "collectives": {"0": {"count": 1, "priority": 0},
+                                    "5": {"count": 4, "priority": 1}},
+                    "ranks": [[{"op": "submit", "coll": 0}, {"op": "sync"},
+                               {"op": "submit", "coll": 5}],
+                              [{"op": "submit", "coll": 5}, {"op": "submit", "coll": 0}]]}
+    assert Schedule.from_json(sched.to_json()) == sched
+
+
+@pytest.mark.parametrize("orders,message", [
+    ([[0]], "at least 2 ranks"),
+    ([[0], [0, 0]], "exactly once"),
+    ([[0], [1]], "exactly once"),
+    ([[0, "barrier"], [0]], "unknown op"),
+])
+def test_invalid_schedules_are_refused(orders, message):
+    with pytest.raises(ValueError, match=message):
+        Schedule.from_orders(orders)
+
+
+def test_find_wait_cycle():
+    assert find_wait_cycle({0: 1, 1: 2, 2: 0}) == [0, 1, 2]
+    assert find_wait_cycle({2: 0, 0: 1, 1: 2}) == [0, 1, 2]
+    assert find_wait_cycle({0: [1], 1: [], 2: [1]}) is None
+    assert find_wait_cycle({5: [1], 1: [2, 3], 3: [5], 2: []}) == [1, 3, 5]
+    assert find_wait_cycle({4: 4}) == [4]
+    assert find_wait_cycle({}) is None

@@ -77,12 +77,15 @@ _daemons_lock = threading.Lock()
 
 
 def _daemon_for(policy):
-    from .kernels.daemon import make_daemon
+    """The compiled daemon of ``policy`` (one per policy and process)."""
+    from .kernels.daemon import compile_now, make_daemon
 
     key = (policy.name, policy.functions)
     with _daemons_lock:
         if key not in _daemons:
-            _daemons[key] = make_daemon(policy)
+            kernel = make_daemon(policy)
+            compile_now(kernel)
+            _daemons[key] = kernel
         return _daemons[key]
 
 

@@ -152,11 +152,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds without progress before a deadlock is reported")
     p.add_argument("--json", metavar="FILE", help="write the per-rank stats as JSON")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--schedule", metavar="FILE", help="replay a model schedule (JSON) instead")
     return p
 
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
+    if args.schedule:
+        from .replay import replay_main
+        return replay_main(args)
     opts = DemoOptions(nranks=args.nranks, colls=args.colls, iters=args.iters, count=args.count,
                        dtype=args.dtype, policy=args.policy, sync=args.sync, seed=args.seed,
                        in_order=args.in_order, progress=not args.no_progress)

@@ -30,22 +30,21 @@ stage() {  # stage NAME TIMEOUT_S COMMAND...: log to $OUT/NAME.log, one summary 
 PY=python3
 case "${1:-quick}" in
   quick) stages="tests demo4 demo8_nccl bench" ;;
-  full)  stages="tests demo8 demo8_nccl demo4_sync bench" ;;
+  full)  stages="tests demo8 demo8_nccl demo4_sync bench bench8" ;;
   *)     stages="$*" ;;
 esac
 for s in $stages; do
   case $s in
-    tests)      stage tests 400 $PY -m pytest -q -x -p no:cacheprovider tests ;;
-    demo4)      stage demo4 200 $PY -m pydfccl demo -n 4 -k 8 -i 50 --no-progress ;;
-    demo8)      stage demo8 300 $PY -m pydfccl demo -n 8 -k 8 -i 200 --no-progress ;;
-    demo8_nccl) stage demo8_nccl 120 $PY -m pydfccl demo -n 8 -k 8 -i 200 --policy nccl --no-progress ;;
-    demo4_sync) stage demo4_sync 300 $PY -m pydfccl demo -n 4 -k 8 -i 20 --sync device --no-progress ;;
-    demo8_sync) stage demo8_sync 300 $PY -m pydfccl demo -n 8 -k 8 -i 20 --sync device --no-progress ;;
-    bench)      stage bench 300 $PY -m pydfccl bench -n 2 --iters 10000 ;;
-    bench_si)   stage bench_si 300 $PY -m pydfccl bench -n 2 --iters 10000 --switch-interval 1e-5 ;;
-    bench8)     stage bench8 300 $PY -m pydfccl bench -n 8 --iters 3000 ;;
-    bench1)     stage bench1 300 $PY -m pydfccl bench -n 1 --iters 3000 ;;
-    demo4_inorder) stage demo4_inorder 200 $PY -m pydfccl demo -n 4 -k 8 -i 50 --in-order --no-progress ;;
+    tests)      stage tests 240 $PY -m pytest -q -x -p no:cacheprovider tests property_tests ;;
+    demo4)      stage demo4 100 $PY -m pydfccl demo -n 4 -k 8 -i 50 --no-progress ;;
+    demo4_inorder) stage demo4_inorder 100 $PY -m pydfccl demo -n 4 -k 8 -i 50 --in-order --no-progress ;;
+    demo8)      stage demo8 100 $PY -m pydfccl demo -n 8 -k 8 -i 200 --no-progress ;;
+    demo8_nccl) stage demo8_nccl 45 $PY -m pydfccl demo -n 8 -k 8 -i 200 --policy nccl --no-progress ;;
+    demo4_sync) stage demo4_sync 80 $PY -m pydfccl demo -n 4 -k 8 -i 20 --sync device --no-progress ;;
+    demo8_sync) stage demo8_sync 100 $PY -m pydfccl demo -n 8 -k 8 -i 20 --sync device --no-progress ;;
+    bench)      stage bench 60 $PY -m pydfccl bench -n 2 --iters 10000 ;;
+    bench1)     stage bench1 60 $PY -m pydfccl bench -n 1 --iters 3000 ;;
+    bench8)     stage bench8 50 $PY -m pydfccl bench -n 8 --iters 1000 ;;
     *) echo "unknown stage $s" | tee -a "$SUMMARY" ;;
   esac
 done

@@ -8,9 +8,10 @@ block (``move``) or preempts the task, saving its context. The last block to fin
 collective writes the completion queue (CQ). When the policy says it has gone too long
 without progress (idle, or stuck) the block exits (voluntary quit); the host relaunches it when work is outstanding.
 
-``make_daemon(policy)`` compiles the policy's five functions into a daemon, eagerly (one
-signature: eight int64 scalars) and cached on disk; one kernel per policy, everything else
-(sizes, counts, parameters) is data.
+``make_daemon(policy)`` compiles the policy's five functions into a daemon (one signature:
+eight int64 scalars; cached on disk); one kernel per policy, everything else (sizes, counts,
+parameters) is data. ``compile_now`` compiles before the first launch, so that compilation
+time is not taken for a stall.
 """
 
 import numpy as np
@@ -23,7 +24,7 @@ from .memory import (as_array, atomic_add, backoff, fence_sys, load_acquire, loa
 from .primitives import F_POSTDIV, F_RECV, F_SEND, SPIN_ABORT, SPIN_PREEMPT, move, spin_wait
 from .ring import channel_span, chunk_span, ring_step, steps_per_loop
 
-__all__ = ["make_daemon", "DAEMON_SIGNATURE"]
+__all__ = ["make_daemon", "compile_now", "DAEMON_SIGNATURE"]
 
 MAX_COLLS = L.MAX_COLLS
 CTL_ABORT = L.CTL_ABORT
@@ -324,7 +325,7 @@ def make_daemon(policy):
                 _insert(act, akey, sh, coll, order_key(params, load_volatile(task + T_PRIO),
                                                        load_volatile(task + T_SEQ), coll))
 
-    @cuda.jit(DAEMON_SIGNATURE, cache=True)
+    @cuda.jit(cache=True)
     def daemon(ctl, pool, peers_addr, rank, nranks, nslots, slot_bytes, conn_stride):
         block = cuda.blockIdx.x
         nblocks = cuda.gridDim.x
@@ -357,3 +358,9 @@ def make_daemon(policy):
             store_volatile(status + BS_EXITS, load_volatile(status + BS_EXITS) + 1)
 
     return daemon
+
+
+def compile_now(kernel) -> None:
+    """Compile (or load from the disk cache) the daemon's one specialization."""
+    if hasattr(kernel, "compile"):    # the simulator's kernels run as Python
+        kernel.compile(DAEMON_SIGNATURE)

@@ -1,0 +1,159 @@
+"""The engine end to end: launch, prepare, start, run, results, preemption, errors.
+
+On a CPU-only machine every rank is a process running the CUDA simulator; on a GPU the
+same tests run with ranks as threads on one GPU (the default backend there).
+"""
+
+import multiprocessing
+import time
+
+import numpy as np
+import pytest
+
+import pydfccl
+import workers
+from pydfccl.demo import DemoOptions, run_demo
+
+CASES = [  # (count, dtype, op): counts off the slot and chunk sizes, down to 1 element
+    (1, "float32", "sum"),
+    (7, "int64", "sum"),
+    (64, "float32", "max"),
+    (65, "int32", "min"),
+    (333, "float64", "sum"),
+    (1000, "int64", "prod"),
+    (129, "float32", "avg"),
+    (50, "int32", "avg"),
+    (31, "int8", "sum"),
+    (17, "uint8", "max"),
+]
+
+
+def _check(nranks, cases, per_rank):
+    for rank, out in enumerate(per_rank):
+        for i, (count, dtype, op) in enumerate(cases):
+            want = workers.expected(nranks, count, dtype, op, i)
+            got = np.array(out["results"][i], dtype=dtype)
+            assert np.array_equal(got, want), f"rank {rank}, case {cases[i]}"
+
+
+@pytest.mark.parametrize("nranks", [2, 3, 4])
+def test_all_reduce_exact_for_odd_counts_ops_and_dtypes(nranks):
+    per_rank = pydfccl.launch(workers.allreduce_cases, nranks, args=(CASES,), timeout=300)
+    _check(nranks, CASES, per_rank)
+    assert all(r["stats"]["completed"] == len(CASES) for r in per_rank)
+
+
+def test_in_place_and_repeated_runs():
+    cases = CASES[:4]
+    per_rank = pydfccl.launch(workers.allreduce_cases, 3, args=(cases, True, 3), timeout=300)
+    _check(3, cases, per_rank)
+    assert all(r["stats"]["completed"] == 3 * len(cases) for r in per_rank)
+
+
+def test_single_rank_is_a_copy():
+    cases = [(5, "float32", "sum"), (9, "int64", "avg")]
+    _check(1, cases, pydfccl.launch(workers.allreduce_cases, 1, args=(cases,), timeout=120))
+
+
+def test_several_blocks_and_threads_per_rank():
+    """Channels (blocks) and threads per block split the data; results stay exact."""
+    cases = [(3000, "float32", "sum"), (2, "int64", "max")]
+    per_rank = pydfccl.launch(workers.allreduce_cases, 2, args=(cases,), timeout=300,
+                              nblocks=3, nthreads=2, slot_bytes=128)
+    _check(2, cases, per_rank)
+
+
+def test_preempted_collectives_resume_exactly():
+    """Ranks submit in rotated orders and order tasks by arrival (the paper's order): each
+    rank's head waits for a peer that runs another collective, so tasks are preempted
+    (mid-flight too: several loops each) and resumed from their saved step."""
+    ncolls, count = 3, 500
+    paper_order = pydfccl.get_policy("dfccl").with_params(ORDER_BY_ID=0)
+    per_rank = pydfccl.launch(workers.opposite_orders, 2, args=(ncolls, count),
+                              policy=paper_order, timeout=300)
+    for out in per_rank:
+        for k in range(ncolls):
+            want = sum(workers._inputs(r, count, "int64", k) for r in range(2))
+            assert out["results"][k] == want.tolist()
+    assert sum(r["stats"]["preemptions"] for r in per_rank) > 0
+
+
+def test_chaos_demo_completes_under_dfccl():
+    opts = DemoOptions(nranks=3, colls=4, iters=2, count=40, progress=False)
+    per_rank = run_demo(opts)
+    assert [r["verified"] for r in per_rank] == [8, 8, 8]
+
+
+def test_chaos_demo_deadlock_is_reported_under_nccl():
+    opts = DemoOptions(nranks=3, colls=4, iters=2, count=40, policy="nccl", progress=False)
+    started = time.monotonic()
+    with pytest.raises(pydfccl.RankFailedError, match="deadlock") as info:
+        run_demo(opts, watchdog_timeout=3.0)
+    assert "wait-for cycle: rank" in str(info.value)
+    assert time.monotonic() - started < 60
+
+
+def test_device_sync_between_submissions_needs_voluntary_quits():
+    per_rank = pydfccl.launch(workers.sync_between_submissions, 2, args=(3,), timeout=300)
+    for out in per_rank:
+        for k in range(3):
+            want = sum(workers._inputs(r, 5, "int32", k) for r in range(2))
+            assert out["results"][k] == want.tolist()
+    assert sum(r["stats"]["relaunches"] for r in per_rank) > 0
+
+
+def test_device_sync_under_nccl_is_a_reported_deadlock():
+    with pytest.raises(pydfccl.RankFailedError, match="deadlock"):
+        pydfccl.launch(workers.sync_between_submissions, 2, args=(3,), policy="nccl",
+                       watchdog_timeout=3.0, timeout=120)
+
+
+def test_bad_input_raises_clear_errors():
+    (messages,) = pydfccl.launch(workers.bad_inputs, 1, timeout=120)
+    text = "\n".join(messages)
+    for fragment in ["only allowed after start()", "unknown collective kind 'all_to_everyone'",
+                     "unknown reduction op 'xor'", "unknown dtype 'complex64'",
+                     "count must be a positive int", "coll_id must be a non-negative int",
+                     "already prepared", "only allowed before start()",
+                     "unknown collective 7", "has 9 elements, needs at least 10",
+                     "has dtype int32, expected float32", "not C-contiguous",
+                     "this communicator is closed"]:
+        assert fragment in text, fragment
+
+
+def test_mismatched_prepare_names_collective_field_and_ranks():
+    with pytest.raises(pydfccl.RankFailedError,
+                       match=r"collective 0: field 'count' differs across ranks "
+                             r"\(ranks \[0, 2\]: 10; ranks \[1\]: 11\)"):
+        pydfccl.launch(workers.mismatched, 3, timeout=120)
+
+
+def test_worker_exception_names_its_rank_and_frees_the_others():
+    started = time.monotonic()
+    with pytest.raises(pydfccl.RankFailedError, match="rank 1: KeyError") as info:
+        pydfccl.launch(workers.raises_on_rank_one, 2, timeout=120)
+    assert info.value.rank == 1
+    assert time.monotonic() - started < 60
+
+
+def test_killed_rank_fails_the_others_and_leaves_nothing_behind():
+    started = time.monotonic()
+    with pytest.raises(pydfccl.RankFailedError, match="rank 1: process died with exit code 9"):
+        pydfccl.launch(workers.dies_mid_collective, 3, backend="processes", timeout=120)
+    assert time.monotonic() - started < 60
+    assert multiprocessing.active_children() == []
+
+
+def test_callbacks_run_and_stats_count():
+    (out,) = pydfccl.launch(workers.callbacks_and_stats, 1, timeout=120)
+    assert out["seen"] == [[1.0, 2.0, 3.0]]
+    stats = out["stats"]
+    assert stats["submitted"] == stats["completed"] == 1
+    assert stats["launches"] >= 1 and stats["policy"] == "dfccl"
+
+
+def test_unknown_policy_and_backend_are_refused():
+    with pytest.raises(ValueError, match="unknown backend"):
+        pydfccl.launch(workers.mismatched, 1, backend="carrier-pigeon")
+    with pytest.raises(ValueError, match="unknown policy 'bogus'"):
+        pydfccl.get_policy("bogus")

@@ -1,0 +1,44 @@
+"""The fixed-layout records shared by host and kernel."""
+
+import numpy as np
+import pytest
+
+from pydfccl import layout as L
+from pydfccl.world import WorldConfig
+
+
+def test_record_sizes_are_fixed_and_aligned():
+    assert L.SQ_ENTRY.itemsize == 64
+    assert L.CQ_ENTRY.itemsize == 16
+    assert L.BLOCK_STATUS.itemsize == 64
+    assert L.COLL_ENTRY.itemsize == 64
+    assert L.TASK.itemsize == 128
+    assert L.CTL_ROW.itemsize % 64 == 0
+    assert L.HEADER_BYTES % 256 == 0 and L.HEADER_BYTES >= L.POOL_HEADER.itemsize
+
+
+def test_queues_cannot_overflow_with_one_run_in_flight_per_collective():
+    assert L.SQ_CAP > L.MAX_COLLS and L.CQ_CAP >= L.MAX_COLLS
+
+
+def test_offsets_come_from_the_dtypes():
+    row = np.zeros(1, L.CTL_ROW)
+    raw = row.view(np.int64)
+    row["sq"]["seq"][0, 3] = 42
+    assert raw[(L.CTL_SQ + 3 * L.SQ_SIZE + L.SQ_F["seq"]) // 8] == 42
+    row["blocks"]["progress"][0, 2] = 7
+    assert raw[(L.CTL_BLOCKS + 2 * L.BS_SIZE + L.BS["progress"]) // 8] == 7
+
+
+def test_connectors_do_not_overlap():
+    cfg = WorldConfig(4, nblocks=2, nslots=3, slot_bytes=256, max_colls=5, simulator=True)
+    assert cfg.conn_stride == L.CONN_HEADER_BYTES + 3 * 256
+    assert cfg.pool_bytes == L.HEADER_BYTES + 5 * 2 * cfg.conn_stride
+    assert L.CONN_HEAD - L.CONN_TAIL >= 64
+
+
+@pytest.mark.parametrize("bad", [dict(nslots=1), dict(nblocks=0), dict(slot_bytes=100),
+                                 dict(max_colls=L.MAX_COLLS + 1), dict(nblocks=L.MAX_BLOCKS + 1)])
+def test_world_config_rejects_bad_sizes(bad):
+    with pytest.raises(ValueError, match="WorldConfig"):
+        WorldConfig(2, simulator=True, **bad)

@@ -1,0 +1,156 @@
+"""Worker functions for the engine tests: module-level so that rank processes can import
+them. Each returns plain data (lists, dicts) so results cross process boundaries."""
+
+import os
+import time
+
+import numpy as np
+
+import pydfccl
+from pydfccl import platform
+
+
+def _fill(comm, values: np.ndarray):
+    buf = comm.empty(values.size, values.dtype)
+    if isinstance(buf, np.ndarray):
+        buf[...] = values
+    else:
+        buf.copy_to_device(values)
+    return buf
+
+
+def _inputs(rank: int, count: int, dtype, salt: int) -> np.ndarray:
+    """Small integers so every reduction is exact in every dtype (prod stays tiny too)."""
+    base = (np.arange(count) * 7 + salt * 3 + rank) % 5
+    return (base + (1 if np.issubdtype(np.dtype(dtype), np.integer) else 0.5)).astype(dtype)
+
+
+REDUCE = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+def expected(nranks: int, count: int, dtype, op: str, salt: int) -> np.ndarray:
+    parts = [_inputs(r, count, dtype, salt).astype(np.float64) for r in range(nranks)]
+    if op == "avg":
+        total = np.sum(parts, axis=0)
+        return (total // nranks if np.issubdtype(np.dtype(dtype), np.integer)
+                else total / nranks).astype(dtype)
+    out = parts[0]
+    for p in parts[1:]:
+        out = REDUCE[op](out, p)
+    return out.astype(dtype)
+
+
+def allreduce_cases(comm, cases, in_place=False, repeats=1):
+    """Prepare one all-reduce per (count, dtype, op) case, run each ``repeats`` times, and
+    return each result as a list (the test compares them with ``expected``)."""
+    for i, (count, dtype, op) in enumerate(cases):
+        comm.prepare(i, "all_reduce", count=count, dtype=dtype, op=op)
+    comm.start()
+    out = []
+    for i, (count, dtype, op) in enumerate(cases):
+        for _ in range(repeats):
+            send = _fill(comm, _inputs(comm.rank, count, dtype, i))
+            recv = send if in_place else comm.empty(count, dtype)
+            result = comm.run(i, send, None if in_place else recv).result(timeout=120)
+        out.append(platform.to_numpy(result).tolist())
+    return dict(results=out, stats=comm.stats())
+
+
+def opposite_orders(comm, ncolls: int, count: int):
+    """Rank r submits the collectives in an order rotated by r (rank 0 and 1 disagree)."""
+    for k in range(ncolls):
+        comm.prepare(k, "all_reduce", count=count, dtype="int64")
+    comm.start()
+    sends = [_fill(comm, _inputs(comm.rank, count, "int64", k)) for k in range(ncolls)]
+    recvs = [comm.empty(count, "int64") for _ in range(ncolls)]
+    order = [(k + comm.rank) % ncolls for k in range(ncolls)]
+    futures = {k: comm.run(k, sends[k], recvs[k]) for k in order}
+    results = {k: platform.to_numpy(f.result(timeout=120)).tolist() for k, f in futures.items()}
+    return dict(results=[results[k] for k in range(ncolls)], stats=comm.stats())
+
+
+def bad_inputs(comm):
+    """Every misuse must raise a clear error; returns the messages in order."""
+    seen = []
+
+    def expect(exc_type, fn, *args, **kwargs):
+        try:
+            fn(*args, **kwargs)
+        except exc_type as exc:
+            seen.append(f"{type(exc).__name__}: {exc}")
+        else:
+            raise AssertionError(f"{fn.__name__}{args} did not raise {exc_type.__name__}")
+
+    x = comm.empty(10, "float32")
+    expect(pydfccl.PydfcclError, comm.run, 0, x)                      # run before start
+    expect(ValueError, comm.prepare, 0, "all_to_everyone", count=10)   # unknown kind
+    expect(ValueError, comm.prepare, 0, "all_reduce", count=10, op="xor")
+    expect(ValueError, comm.prepare, 0, "all_reduce", count=10, dtype="complex64")
+    expect(ValueError, comm.prepare, 0, "all_reduce", count=0)
+    expect(ValueError, comm.prepare, -1, "all_reduce", count=10)
+    comm.prepare(0, "all_reduce", count=10, dtype="float32")
+    expect(ValueError, comm.prepare, 0, "all_reduce", count=10)        # duplicate id
+    comm.start()
+    expect(pydfccl.PydfcclError, comm.prepare, 1, "all_reduce", count=10)  # after start
+    expect(ValueError, comm.run, 7, x)                                 # unknown coll_id
+    expect(ValueError, comm.run, 0, comm.empty(9, "float32"))          # too small
+    expect(TypeError, comm.run, 0, comm.empty(10, "int32"))            # wrong dtype
+    expect(TypeError, comm.run, 0, [1.0] * 10)                         # not an array
+    expect(ValueError, comm.run, 0, x, comm.empty(20, "float32")[::2])  # not contiguous
+    comm.run(0, x).result(timeout=60)                                  # still usable
+    comm.close()
+    expect(pydfccl.PydfcclError, comm.run, 0, x)                      # use after close
+    return seen
+
+
+def mismatched(comm):
+    comm.prepare(0, "all_reduce", count=10 + (comm.rank == 1), dtype="float32")
+    comm.start()
+    return "started"
+
+
+def raises_on_rank_one(comm):
+    comm.prepare(0, "all_reduce", count=4, dtype="float32")
+    comm.start()
+    if comm.rank == 1:
+        raise KeyError("boom on rank 1")
+    x = comm.empty(4, "float32")
+    return comm.run(0, x).result(timeout=120).tolist()
+
+
+def dies_mid_collective(comm):
+    comm.prepare(0, "all_reduce", count=4, dtype="float32")
+    comm.start()
+    if comm.rank == 1:
+        time.sleep(0.5)
+        os._exit(9)  # a rank process that vanishes without a word
+    x = comm.empty(4, "float32")
+    return comm.run(0, x).result(timeout=120).tolist()
+
+
+def sync_between_submissions(comm, ncolls: int):
+    """Disordered submissions with a device-wide synchronize after each one."""
+    for k in range(ncolls):
+        comm.prepare(k, "all_reduce", count=5, dtype="int32")
+    comm.start()
+    sends = [_fill(comm, _inputs(comm.rank, 5, "int32", k)) for k in range(ncolls)]
+    futures = {}
+    for k in [(k + comm.rank) % ncolls for k in range(ncolls)]:
+        futures[k] = comm.run(k, sends[k])
+        comm.synchronize_device()
+    results = [platform.to_numpy(futures[k].result(timeout=120)).tolist() for k in range(ncolls)]
+    return dict(results=results, stats=comm.stats())
+
+
+def callbacks_and_stats(comm):
+    comm.prepare(0, "all_reduce", count=3, dtype="float64")
+    comm.start()
+    x = _fill(comm, np.array([1.0, 2.0, 3.0]))
+    seen = []
+    fut = comm.run(0, x)
+    fut.add_done_callback(lambda f: seen.append(platform.to_numpy(f.result()).tolist()))
+    fut.result(timeout=60)
+    deadline = time.time() + 10
+    while not seen and time.time() < deadline:
+        time.sleep(0.01)
+    return dict(seen=seen, stats=comm.stats())

@@ -14,7 +14,6 @@ k-th run on every rank meets the k-th run on every other rank.
 from __future__ import annotations
 
 import collections
-import os
 import threading
 import time
 from concurrent.futures import Future
@@ -71,6 +70,11 @@ class CollectiveFuture(Future):
         self._comm._help_until_done(self, timeout)
         return super().exception(timeout)
 
+
+# A polling thread sleeps this long between looks: long enough to let other Python threads
+# take the GIL (a spinning thread that only releases it briefly starves them for up to the
+# 5 ms switch interval), short enough once timer slack is 1 ns (see precise_sleeps).
+SPIN_SLEEP = 2e-6
 
 _daemons = {}
 _daemons_lock = threading.Lock()
@@ -232,6 +236,8 @@ class Communicator:
         future.set_running_or_notify_cancel()
         index = self._index[coll_id]
         with self._lock:
+            if self._error is None and self._row["abort"][0]:
+                self._error = self._abort_error()
             if self._error is not None:
                 raise self._error
             if index in self._inflight:
@@ -271,11 +277,15 @@ class Communicator:
         self._require("started", "synchronize_device")
         self._row["host_blocked"] = 1
         try:
+            with self._lock:   # as with NCCL, the sync comes after the submitted work's launch
+                while (self._outstanding() and not self._launch_running and self._error is None
+                       and self._state == "started" and not self._row["abort"][0]):
+                    self._wake.wait(0.01)
+                generation = self._launches
             if not platform.SIMULATOR:
                 platform.synchronize_device()
                 return
             with self._lock:
-                generation = self._launches
                 while self._launch_running and self._launches == generation:
                     self._wake.wait(0.01)
         finally:
@@ -344,6 +354,7 @@ class Communicator:
                         return
                     self._launches += 1
                     self._launch_running = True
+                    self._wake.notify_all()
                 before = self._world_activity()
                 platform.launch(self._daemon, cfg.nblocks, cfg.nthreads, self._stream,
                                 self._launch_args)
@@ -365,16 +376,20 @@ class Communicator:
         except Exception as exc:  # a broken poller must fail the futures, not strand them
             self._set_error(PydfcclError(f"rank {self.rank}: completion poller failed: {exc!r}"))
 
+    def _abort_error(self) -> Exception:
+        report = self.world.get_report() or f"rank {self.rank}: aborted"
+        return DeadlockError(report) if report.startswith("deadlock") else AbortedError(report)
+
     def _poll(self) -> None:
+        platform.precise_sleeps()
         idle_spins = 0
         while self._state == "started":
             if self._drain_cq():
                 idle_spins = 0
                 continue
             if self._row["abort"][0]:
-                if self._state == "started" and self._outstanding():
-                    self._set_error(DeadlockError(self.world.get_report() or
-                                                  f"rank {self.rank}: aborted"))
+                if self._state == "started":    # a peer's watchdog, or a failed rank
+                    self._set_error(self._abort_error())
                 break
             if self._outstanding():
                 report = self._watchdog.check()
@@ -382,11 +397,8 @@ class Communicator:
                     self._set_error(DeadlockError(report))
                     break
                 idle_spins += 1
-                # Spin while nobody else waits; leave the GIL to a thread helping in result().
-                if idle_spins < 2000 and not self._helpers:
-                    os.sched_yield()
-                else:
-                    time.sleep(1e-4)
+                # Poll fast while nobody else waits; leave the GIL to a thread in result().
+                time.sleep(SPIN_SLEEP if idle_spins < 2000 and not self._helpers else 1e-4)
             else:
                 idle_spins = 0
                 with self._lock:
@@ -399,11 +411,12 @@ class Communicator:
             return
         spin = CollectiveFuture.SPIN_SECONDS
         end = time.perf_counter() + (spin if timeout is None else min(spin, timeout))
+        platform.precise_sleeps()
         self._helpers += 1
         try:
             while not future.done() and time.perf_counter() < end:
                 if not self._drain_cq():
-                    os.sched_yield()   # lets other threads run; time.sleep(0) costs ~50 us
+                    time.sleep(SPIN_SLEEP)
         finally:
             self._helpers -= 1
 

@@ -18,6 +18,7 @@ import gc
 import multiprocessing as mp
 import multiprocessing.connection as mpc
 import os
+import sys
 import threading
 import time
 import traceback
@@ -111,15 +112,24 @@ def _launch_threads(worker, nranks, options, timeout, args, config):
         except BaseException as exc:
             failures[rank] = (exc, f"{type(exc).__name__}: {exc}")
             exchange.barrier.abort()
+            if not world.ctl["abort"].any():
+                world.set_report(f"rank {rank} failed: {failures[rank][1]}")
             world.abort_all()
 
     threads = [threading.Thread(target=body, args=(r,), name=f"pydfccl-rank{r}", daemon=True)
                for r in range(nranks)]
-    for t in threads:
-        t.start()
-    deadline = None if timeout is None else time.monotonic() + timeout
-    for t in threads:
-        t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+    # Ranks, pollers and launchers are all Python threads of this process: switch between
+    # them every 50 us rather than every 5 ms while they run.
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(min(switch, 5e-5))
+    try:
+        for t in threads:
+            t.start()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for t in threads:
+            t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+    finally:
+        sys.setswitchinterval(switch)
     if any(t.is_alive() for t in threads):
         world.abort_all()
         raise TimeoutError(f"launch: ranks {[r for r, t in enumerate(threads) if t.is_alive()]} "
@@ -224,11 +234,12 @@ def _supervise(procs, pipes, ctl_shm, cfg, timeout):
             if r in finished:
                 continue
             pipe = pipes[r]
+            dead = False
             if pipe in ready or pipe.poll():
                 try:
                     kind, payload = pipe.recv()
-                except EOFError:
-                    kind, payload = None, None
+                except EOFError:        # the process is gone (its end of the pipe closed)
+                    kind, payload, dead = None, None, True
                 if kind == "exchange":
                     exchange[r] = payload
                     if len(exchange) == n:
@@ -247,8 +258,8 @@ def _supervise(procs, pipes, ctl_shm, cfg, timeout):
                     _abort_segment(ctl_shm, cfg, f"rank {r} failed: {payload.splitlines()[0]}")
                     _release_exchange(pipes, exchange, f"rank {r} failed")
                     continue
-            if procs[r].sentinel in ready or not procs[r].is_alive():
-                if pipe.poll():
+            if dead or procs[r].sentinel in ready or not procs[r].is_alive():
+                if not dead and pipe.poll():
                     continue  # read its last message first
                 procs[r].join(timeout=1)
                 message = f"process died with exit code {procs[r].exitcode}"

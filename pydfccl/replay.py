@@ -108,6 +108,10 @@ def replay_worker(comm, schedule_dict: dict, dtype: str = "float32",
     for f in futures.values():
         f.result(timeout=result_timeout)
     seconds = time.perf_counter() - started
+    # result() can return before the done-callbacks ran (set_result wakes waiters first)
+    deadline = time.monotonic() + 10.0
+    while len(order) < len(futures) and time.monotonic() < deadline:
+        time.sleep(0.001)
     outputs = {}
     for c in colls:
         got = platform.to_numpy(recvs[c])
@@ -186,7 +190,8 @@ def replay_main(args) -> int:
               f"{preempt} preemptions, {relaunch} relaunches; completion order "
               f"{out['completion_order']}")
     else:
-        first = out["report"].splitlines()[0] if out["report"] else "deadlock"
-        print(f"{head} DEADLOCK after {seconds:.1f} s: {first}")
+        lines = out["report"].splitlines() or ["deadlock"]
+        cycle = [line for line in lines if line.startswith("wait-for cycle")]
+        print(f"{head} DEADLOCK after {seconds:.1f} s: {'; '.join(lines[:1] + cycle)}")
     print(f"model ({args.policy}): {model.summary()}")
     return EXIT_COMPLETED if out["outcome"] == "completed" else EXIT_DEADLOCK

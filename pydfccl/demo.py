@@ -173,8 +173,10 @@ def main(argv: list[str]) -> int:
     try:
         per_rank = run_demo(opts, backend=args.backend, watchdog_timeout=args.watchdog)
     except RankFailedError as exc:
-        print(f"\nFAILED: {exc}", file=sys.stderr)
-        return 3 if "deadlock" in str(exc) else 1
+        deadlock = "DeadlockError" in str(exc).split("\n", 1)[0]
+        text = str(exc).split("\nTraceback", 1)[0] if deadlock else str(exc)
+        print(f"\nFAILED: {text}", file=sys.stderr)
+        return 3 if deadlock else 1
     except PydfcclError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

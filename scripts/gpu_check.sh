@@ -45,6 +45,7 @@ for s in $stages; do
     bench)      stage bench 60 $PY -m pydfccl bench -n 2 --iters 10000 ;;
     bench1)     stage bench1 60 $PY -m pydfccl bench -n 1 --iters 3000 ;;
     bench8)     stage bench8 50 $PY -m pydfccl bench -n 8 --iters 1000 ;;
+    probe)      stage probe 60 $PY scripts/probe_timer.py ;;
     *) echo "unknown stage $s" | tee -a "$SUMMARY" ;;
   esac
 done

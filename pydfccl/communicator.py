@@ -284,12 +284,14 @@ class Communicator:
                 generation = self._launches
             if not platform.SIMULATOR:
                 platform.synchronize_device()
-                return
-            with self._lock:
-                while self._launch_running and self._launches == generation:
-                    self._wake.wait(0.01)
+            else:
+                with self._lock:
+                    while self._launch_running and self._launches == generation:
+                        self._wake.wait(0.01)
         finally:
             self._row["host_blocked"] = 0
+        if self._row["abort"][0] and self._state == "started":
+            raise self._abort_error()   # the sync returned only because the watchdog aborted
 
     def stats(self) -> dict:
         blocks = self._blocks[: self.world.config.nblocks]
@@ -391,7 +393,7 @@ class Communicator:
                 if self._state == "started":    # a peer's watchdog, or a failed rank
                     self._set_error(self._abort_error())
                 break
-            if self._outstanding():
+            if self._outstanding() or self._row["host_blocked"][0]:
                 report = self._watchdog.check()
                 if report:
                     self._set_error(DeadlockError(report))

@@ -14,20 +14,22 @@ and int64, and the model can be run with the very same values (:func:`model_valu
 
 from __future__ import annotations
 
-import threading
+import sys
 import time
 from typing import Optional, Union
 
 import numpy as np
 
+from . import layout as L
 from . import platform
 from .errors import RankFailedError
-from .launch import launch
+from .launch import default_backend, launch
 from .sched.model import Schedule, run_schedule
 from .world import WorldConfig
 
 __all__ = ["replay", "replay_worker", "replay_main", "load_schedule", "input_values",
-           "expected_values", "model_values", "predict", "EXIT_COMPLETED", "EXIT_DEADLOCK"]
+           "expected_values", "model_values", "predict", "completion_order",
+           "EXIT_COMPLETED", "EXIT_DEADLOCK"]
 
 EXIT_COMPLETED, EXIT_DEADLOCK = 0, 3
 DTYPES = ("float32", "int64")
@@ -86,20 +88,10 @@ def replay_worker(comm, schedule_dict: dict, dtype: str = "float32",
         _copy_in(sends[c], input_values(comm.rank, c, count, dtype))
         recvs[c] = comm.empty(count, dtype)
 
-    order, lock = [], threading.Lock()
-
-    def record(coll):
-        def done(future):
-            if not future.cancelled() and future.exception() is None:
-                with lock:
-                    order.append(coll)
-        return done
-
     futures, started = {}, time.perf_counter()
     for ev in schedule.ranks[comm.rank]:
         if ev.op == "submit":
             futures[ev.coll] = comm.run(ev.coll, sends[ev.coll], recvs[ev.coll])
-            futures[ev.coll].add_done_callback(record(ev.coll))
         elif ev.op == "sync":
             comm.synchronize_device()
         else:  # wait_all
@@ -108,10 +100,6 @@ def replay_worker(comm, schedule_dict: dict, dtype: str = "float32",
     for f in futures.values():
         f.result(timeout=result_timeout)
     seconds = time.perf_counter() - started
-    # result() can return before the done-callbacks ran (set_result wakes waiters first)
-    deadline = time.monotonic() + 10.0
-    while len(order) < len(futures) and time.monotonic() < deadline:
-        time.sleep(0.001)
     outputs = {}
     for c in colls:
         got = platform.to_numpy(recvs[c])
@@ -121,10 +109,22 @@ def replay_worker(comm, schedule_dict: dict, dtype: str = "float32",
             raise AssertionError(f"rank {comm.rank}, collective {c}: element {bad} is "
                                  f"{got[bad]}, expected {want[bad]}")
         outputs[c] = got.astype(np.int64).tolist()
-    with lock:
-        completion_order = list(order)
-    return dict(rank=comm.rank, verified=len(outputs), completion_order=completion_order,
-                outputs=outputs, stats=comm.stats(), seconds=seconds)
+    return dict(rank=comm.rank, verified=len(outputs), outputs=outputs, stats=comm.stats(),
+                completion_order=completion_order(comm, colls), seconds=seconds)
+
+
+def completion_order(comm, coll_ids) -> list:
+    """The collective ids in the order this rank completed them, read from its completion
+    queue (the last ``CQ_CAP`` of them); ``coll_ids``: every id prepared.
+
+    Done-callbacks cannot tell this exactly: one added after ``run()`` returned runs at once
+    if the collective completed in between, out of turn.
+    """
+    cq = comm.world.ctl["cq"][comm.rank]
+    ids = sorted(coll_ids)          # the daemon's collective index is the sorted position
+    n = comm.stats()["completed"]
+    return [ids[int(cq["coll"][k % L.CQ_CAP])] for k in range(max(0, n - L.CQ_CAP), n)
+            if cq["stamp"][k % L.CQ_CAP] == k + 1]
 
 
 def _report_text(exc: RankFailedError) -> str:
@@ -161,10 +161,13 @@ def replay(schedule, policy="dfccl", backend: Optional[str] = None,
                 stats=[r["stats"] for r in ranks])
 
 
-def predict(schedule, policy="dfccl", dtype: str = "float32", **config):
-    """What the model says for the same schedule, policy, slots and inputs."""
+def predict(schedule, policy="dfccl", dtype: str = "float32", backend: Optional[str] = None,
+            **config):
+    """What the model says for the same schedule, policy, slots and inputs as
+    ``replay(schedule, policy, backend, dtype=dtype, **config)`` runs."""
     schedule = load_schedule(schedule)
-    cfg = WorldConfig(schedule.nranks, **config)
+    simulator = (backend or default_backend()) == "processes"
+    cfg = WorldConfig(schedule.nranks, simulator=simulator, **config)
     slot_elems = max(1, cfg.slot_bytes // np.dtype(dtype).itemsize)
     return run_schedule(schedule, policy, nslots=cfg.nslots, slot_elems=slot_elems,
                         values=model_values(schedule))
@@ -172,17 +175,30 @@ def predict(schedule, policy="dfccl", dtype: str = "float32", **config):
 
 def replay_main(args) -> int:
     """``python -m pydfccl demo --schedule FILE``: one line for the engine's outcome, one for
-    the model's; exit 0 on completion, 3 on deadlock."""
-    schedule = load_schedule(args.schedule)
-    dtype = args.dtype if args.dtype in DTYPES else "float32"
+    the model's; exit 0 on completion, 3 on deadlock (1: a rank failed otherwise, 2: a bad
+    schedule or option)."""
+    if args.dtype not in DTYPES:
+        print(f"error: --schedule replays {' or '.join(DTYPES)} all-reduces, not {args.dtype}",
+              file=sys.stderr)
+        return 2
+    try:
+        schedule = load_schedule(args.schedule)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"error: cannot read schedule {args.schedule}: {type(exc).__name__}: {exc}",
+              file=sys.stderr)
+        return 2
     where = "GPU" if platform.gpu_available() else "CUDA simulator"
-    model = predict(schedule, args.policy, dtype)
+    model = predict(schedule, args.policy, args.dtype, args.backend)
     started = time.perf_counter()
-    out = replay(schedule, policy=args.policy, backend=args.backend,
-                 watchdog_timeout=args.watchdog, dtype=dtype)
+    try:
+        out = replay(schedule, policy=args.policy, backend=args.backend,
+                     watchdog_timeout=args.watchdog, dtype=args.dtype)
+    except RankFailedError as exc:
+        print(f"FAILED: {exc}", file=sys.stderr)
+        return 1
     seconds = time.perf_counter() - started
-    head = f"schedule {args.schedule} ({schedule.nranks} ranks, {len(schedule.collectives)} " \
-           f"all-reduces, policy {args.policy}) on the {where}:"
+    head = (f"schedule {args.schedule} ({schedule.nranks} ranks, {len(schedule.collectives)} "
+            f"all-reduces of {args.dtype}, policy {args.policy}) on the {where}:")
     if out["outcome"] == "completed":
         preempt = sum(s["preemptions"] for s in out["stats"])
         relaunch = sum(s["relaunches"] for s in out["stats"])

@@ -43,8 +43,8 @@ def wait_for_report(world, describe) -> tuple[str, list | None]:
                                      (WAITS_CREDIT, (r + 1) % n, "slot credit from")):
                 if not blocks["waits"][b] & flag or peer == r:
                     continue
-                if coll in running[peer]:
-                    continue   # the peer is on the same collective: not the blocker
+                # An edge even when the peer is on the same collective: after a full timeout
+                # without progress that peer is stuck too, and the cycle may pass through it.
                 doing = (", ".join(describe(c) for c in sorted(running[peer]))
                          or "no collective")
                 waits.append(f"{describe(coll)} (block {b}) waits for {what} rank {peer}, "
@@ -75,7 +75,8 @@ class Watchdog:
         return np.concatenate([blocks["progress"].ravel(), blocks["completed"].ravel()]).tobytes()
 
     def check(self) -> str | None:
-        """Called while this rank has outstanding work; a report once it is stalled."""
+        """Called while this rank has outstanding work or its host is blocked in a device
+        synchronize; a report once nothing has moved anywhere for ``timeout``."""
         now = time.monotonic()
         if now < self._next_look:
             return None

@@ -108,6 +108,13 @@ def test_device_sync_under_nccl_is_a_reported_deadlock():
                        watchdog_timeout=3.0, timeout=120)
 
 
+def test_sync_behind_an_idle_daemon():
+    assert pydfccl.launch(workers.sync_after_completion, 2, timeout=120) == [[2.0] * 4] * 2
+    with pytest.raises(pydfccl.RankFailedError, match="host blocked in a device synchronize"):
+        pydfccl.launch(workers.sync_after_completion, 2, policy="nccl", watchdog_timeout=3.0,
+                       timeout=120)
+
+
 def test_bad_input_raises_clear_errors():
     (messages,) = pydfccl.launch(workers.bad_inputs, 1, timeout=120)
     text = "\n".join(messages)

@@ -154,3 +154,14 @@ def callbacks_and_stats(comm):
     while not seen and time.time() < deadline:
         time.sleep(0.01)
     return dict(seen=seen, stats=comm.stats())
+
+
+def sync_after_completion(comm):
+    """A sync after everything completed: fine with dfccl (the daemon quits when idle); with
+    nccl the daemon never quits, so the sync can only end through the watchdog."""
+    comm.prepare(0, "all_reduce", count=4, dtype="float32")
+    comm.start()
+    x = _fill(comm, np.ones(4, np.float32))
+    result = platform.to_numpy(comm.run(0, x).result(timeout=60)).tolist()
+    comm.synchronize_device()
+    return result

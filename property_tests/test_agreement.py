@@ -1,0 +1,120 @@
+"""The engine agrees with the model: small random schedules replayed on the CUDA simulator.
+
+Each example launches real rank processes (a few seconds each), so the example budgets are
+small and fixed here, whatever the profile. The oracle is the model itself
+(``pydfccl.replay.predict``: the same schedule, policy, slot sizes and inputs):
+
+- dfccl: schedules without ``wait_all`` cycles (a ``wait_all`` only at the end) always
+  complete in the model; the engine must complete them too, with every rank holding exactly
+  the model's sums.
+- nccl: the engine deadlocks (watchdog report) exactly when the model does, and completes
+  in the model's completion order otherwise. Device syncs come only before a rank's first
+  submission here: a sync after it is a deadlock in the model (the daemon never quits), and
+  the engine's sync blocks for ever too, but once that rank's collectives have completed
+  nothing is outstanding there, and the watchdog, which only watches outstanding work,
+  never reports it: the launch hangs (``[[0, "sync", 1], [0, "sync", 1]]`` under nccl).
+"""
+
+import os
+import subprocess
+import sys
+
+from hypothesis import HealthCheck, Phase, event, given, note, settings
+from hypothesis import strategies as st
+
+from pydfccl.replay import EXIT_COMPLETED, EXIT_DEADLOCK, predict, replay
+from pydfccl.sched.model import COMPLETED, DEADLOCK, SYNC, WAIT_ALL, Collective, Schedule, submit
+
+NCCL_WATCHDOG = 6.0     # seconds without progress before nccl's deadlock is reported
+LAUNCH_TIMEOUT = 180.0  # a hang fails the example instead of the whole run
+
+# Every example is a launch (seconds): few of them, more under the deep profile, and no
+# shrinking (each step would be another launch; the raw examples are small already).
+EXAMPLES = 25 if os.environ.get("HYPOTHESIS_PROFILE") == "deep" else 5
+engine_settings = settings(max_examples=EXAMPLES, deadline=None, print_blob=True,
+                           phases=[Phase.explicit, Phase.reuse, Phase.generate],
+                           suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def small_schedules(draw, sync_anywhere=True):
+    """2-3 ranks, 2-3 all-reduces of 1..40 elements; each rank keeps the common order or
+    permutes it, may sync before any submission (``sync_anywhere=False``: only before its
+    first) and may end with a sync or a wait_all. Shrinks towards agreeing ranks, no syncs."""
+    nranks = draw(st.integers(2, 3))
+    ncolls = draw(st.integers(2, 3))
+    counts = draw(st.lists(st.integers(1, 40), min_size=ncolls, max_size=ncolls))
+    prios = draw(st.lists(st.integers(0, 1), min_size=ncolls, max_size=ncolls))
+    common = list(range(ncolls))
+    ranks = []
+    for _ in range(nranks):
+        order = draw(st.permutations(common)) if draw(st.booleans()) else common
+        program = []
+        for i, c in enumerate(order):
+            if (sync_anywhere or i == 0) and draw(st.booleans()):
+                program.append(SYNC)
+            program.append(submit(c))
+        tail = draw(st.sampled_from(["none", "wait_all", "sync"] if sync_anywhere
+                                    else ["none", "wait_all"]))
+        if tail != "none":
+            program.append(WAIT_ALL if tail == "wait_all" else SYNC)
+        ranks.append(program)
+    return Schedule(nranks, {c: Collective(counts[c], prios[c]) for c in common}, ranks)
+
+
+@engine_settings
+@given(schedule=small_schedules(), dtype=st.sampled_from(["float32", "int64"]))
+def test_dfccl_completes_with_the_models_sums(schedule, dtype):
+    note(schedule.to_json())
+    model = predict(schedule, "dfccl", dtype)
+    assert model.outcome == COMPLETED, model.summary()   # no wait_all cycle by construction
+    out = replay(schedule, "dfccl", dtype=dtype, timeout=LAUNCH_TIMEOUT)
+    assert out["outcome"] == "completed", out.get("report")
+    for r, rank in enumerate(out["ranks"]):
+        assert rank["verified"] == len(schedule.collectives)
+        assert rank["stats"]["completed"] == len(schedule.collectives)
+        assert sorted(rank["completion_order"]) == sorted(schedule.collectives)
+        for c in schedule.collectives:
+            assert rank["outputs"][c] == model.values[c][r] == model.expected[c], (r, c)
+
+
+@engine_settings
+@given(schedule=small_schedules(sync_anywhere=False))
+def test_nccl_deadlocks_exactly_when_the_model_does(schedule):
+    note(schedule.to_json())
+    model = predict(schedule, "nccl")
+    note(f"model: {model.summary()}")
+    out = replay(schedule, "nccl", watchdog_timeout=NCCL_WATCHDOG, timeout=LAUNCH_TIMEOUT)
+    note(f"engine: {out['outcome']}")
+    event(f"model: {model.outcome}")
+    assert out["outcome"] == model.outcome
+    if model.outcome == COMPLETED:
+        # no preemption, submission order: the k-th completion is the k-th submission
+        assert out["completion_order"] == model.completion_order == schedule.orders()
+        assert all(s["preemptions"] == 0 for s in out["stats"])
+    else:
+        assert model.outcome == DEADLOCK and model.cycle
+        assert out["report"].startswith("deadlock: no progress"), out["report"]
+        assert "wait-for cycle: rank" in out["report"], out["report"]
+
+
+def _demo(path, *extra):
+    return subprocess.run([sys.executable, "-m", "pydfccl", "demo", "--schedule", str(path),
+                           *extra], capture_output=True, text=True, timeout=LAUNCH_TIMEOUT)
+
+
+def test_schedule_file_replays_from_the_command_line(tmp_path):
+    opposite = Schedule.from_orders([[0, 1], [1, 0]], counts={0: 3, 1: 17})
+    path = tmp_path / "opposite.json"
+    path.write_text(opposite.to_json())
+    assert Schedule.from_json(path.read_text()) == opposite
+
+    done = _demo(path)
+    assert done.returncode == EXIT_COMPLETED, done.stdout + done.stderr
+    assert "completed" in done.stdout and "4 results verified" in done.stdout
+    assert "model (dfccl): completed" in done.stdout
+
+    stuck = _demo(path, "--policy", "nccl", "--watchdog", str(NCCL_WATCHDOG))
+    assert stuck.returncode == EXIT_DEADLOCK, stuck.stdout + stuck.stderr
+    assert "DEADLOCK" in stuck.stdout
+    assert "model (nccl): deadlock" in stuck.stdout

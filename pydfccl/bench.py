@@ -32,17 +32,21 @@ def latency_worker(comm, iters: int, warmup: int, count: int, dtype: str) -> dic
     else:
         x.copy_to_device(host)
     times = np.empty(iters)
+    submit = np.empty(iters)
     for i in range(warmup + iters):
         t0 = time.perf_counter()
-        comm.run(0, x, y).result(timeout=60)
+        future = comm.run(0, x, y)
         t1 = time.perf_counter()
+        future.result(timeout=60)
+        t2 = time.perf_counter()
         if i >= warmup:
-            times[i - warmup] = t1 - t0
+            times[i - warmup] = t2 - t0
+            submit[i - warmup] = t1 - t0
     got = platform.to_numpy(y)
     want = np.full(count, comm.nranks * (comm.nranks + 1) // 2, dtype=dtype)
     if not np.array_equal(got, want):
         raise AssertionError(f"rank {comm.rank}: wrong all-reduce result {got[:4]}...")
-    return dict(times_us=times * 1e6, stats=comm.stats())
+    return dict(times_us=times * 1e6, submit_us=submit * 1e6, stats=comm.stats())
 
 
 def measure_latency(nranks: int, iters: int, warmup: int, count: int, dtype: str, policy: str,
@@ -50,8 +54,10 @@ def measure_latency(nranks: int, iters: int, warmup: int, count: int, dtype: str
     per_rank = launch(latency_worker, nranks, policy=policy, backend=backend,
                       persistent=persistent, args=(iters, warmup, count, dtype))
     times = np.max([r["times_us"] for r in per_rank], axis=0)   # a run ends on its slowest rank
+    submit = np.median([r["submit_us"] for r in per_rank])   # time inside run(), all ranks
     return dict(median=float(np.median(times)), p10=float(np.percentile(times, 10)),
-                p90=float(np.percentile(times, 90)), stats=[r["stats"] for r in per_rank])
+                p90=float(np.percentile(times, 90)), submit=float(submit),
+                stats=[r["stats"] for r in per_rank])
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -89,10 +95,10 @@ def main(argv: list[str]) -> int:
                                      args.dtype, "nccl", False, args.backend)))
     base = rows[-1][1]["median"]
     print(f"{'mode':<26} {'median us':>10} {'p10 us':>8} {'p90 us':>8} {'x baseline':>10} "
-          f"{'launches':>9}")
+          f"{'in run() us':>11} {'launches':>9}")
     for name, r in rows:
         launches = sum(s["launches"] for s in r["stats"])
         print(f"{name:<26} {r['median']:>10.1f} {r['p10']:>8.1f} {r['p90']:>8.1f} "
-              f"{r['median'] / base:>10.2f} {launches:>9}")
+              f"{r['median'] / base:>10.2f} {r['submit']:>11.1f} {launches:>9}")
     sys.stdout.flush()
     return 0

@@ -8,6 +8,7 @@ voluntarily when idle or stuck so that GPU synchronizations can complete.
 from .communicator import Communicator
 from .errors import AbortedError, DeadlockError, PydfcclError, RankFailedError
 from .launch import BACKENDS, launch
+from .log import configure_from_env as _configure_logging
 from .sched.policies import Policy, get_policy, policy_names, register
 from .world import WorldConfig
 
@@ -17,3 +18,5 @@ __all__ = [
     "PydfcclError", "DeadlockError", "AbortedError", "RankFailedError",
 ]
 __version__ = "0.1.0"
+
+_configure_logging()

@@ -26,8 +26,9 @@ from . import platform
 from .buffers import check_buffer
 from .codes import dtype_code, kind_code, normalize_dtype, op_code
 from .errors import AbortedError, DeadlockError, PydfcclError
+from .log import logger
 from .sched.policies import get_policy
-from .watchdog import Watchdog
+from .watchdog import Watchdog, rank_status
 from .world import World
 
 __all__ = ["Communicator", "CollSpec"]
@@ -132,6 +133,7 @@ class Communicator:
         self._exchange = exchange or (lambda obj: [obj])
         self._specs: dict[int, CollSpec] = {}
         self._index: dict[int, int] = {}
+        self._by_index: dict[int, int] = {}
         self._state = "preparing"
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
@@ -200,6 +202,9 @@ class Communicator:
         self._stream = platform.new_stream()
         self._daemon = _daemon_for(self.policy)
         self._state = "started"
+        logger.info("rank %d/%d started: %d collectives, policy %s, %s", self.rank, self.nranks,
+                    len(self._specs), self.policy.name,
+                    "persistent daemon" if self.persistent else "a launch per collective")
         self._launch_args = (
             np.int64(self.world.ctl_addr[self.rank]), np.int64(self.world.pool_addr[self.rank]),
             np.int64(self.world.peers.addr), np.int64(self.rank), np.int64(self.nranks),
@@ -293,6 +298,19 @@ class Communicator:
         if self._row["abort"][0] and self._state == "started":
             raise self._abort_error()   # the sync returned only because the watchdog aborted
 
+    def status(self) -> list[dict]:
+        """Live status of every rank (all control rows are visible to every rank): its
+        outstanding count, whether its host is blocked in a sync, and per daemon block the
+        collective it last loaded (by coll_id), its loop and step, and whom it waits for."""
+        out = []
+        for r in range(self.nranks):
+            st = rank_status(self.world, r)
+            for blk in st["blocks"]:
+                if blk["coll"] is not None:
+                    blk["coll"] = self._by_index.get(blk["coll"], blk["coll"])
+            out.append(st)
+        return out
+
     def stats(self) -> dict:
         blocks = self._blocks[: self.world.config.nblocks]
         return dict(
@@ -369,6 +387,9 @@ class Communicator:
                 # wait for every daemon to exit complete in that gap.
                 activity = self._world_activity()
                 pause = min(max(2 * pause, 2e-4), 0.01) if activity == before else 0.0
+                logger.debug("rank %d: daemon quit (launch %d, %d outstanding, %s)", self.rank,
+                             self._launches, self._outstanding(),
+                             f"stuck, pause {pause * 1e3:.1f} ms" if pause else "progressed")
         except Exception as exc:  # a launch failure must fail the futures, not vanish
             self._set_error(PydfcclError(f"rank {self.rank}: daemon launch failed: {exc!r}"))
 
@@ -459,6 +480,7 @@ class Communicator:
         with self._lock:
             if self._error is None:
                 self._error = error
+                logger.warning("rank %d: %s", self.rank, error)
         self._fail_all(self._error)
 
     def _fail_all(self, error: Exception) -> None:
@@ -481,7 +503,7 @@ class Communicator:
                                f"this communicator is {self._state}")
 
     def _describe_coll(self, index: int) -> str:
-        coll_id = self._by_index.get(index, index) if hasattr(self, "_by_index") else index
+        coll_id = self._by_index.get(index, index)
         spec = self._specs.get(coll_id)
         return f"{spec.kind} {coll_id}" if spec else f"collective #{index}"
 

@@ -13,6 +13,7 @@ import argparse
 import json
 import sys
 import time
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -38,6 +39,7 @@ class DemoOptions:
     in_order: bool = False
     progress: bool = True
     result_timeout: float = 300.0
+    status_every: float = 0.0
 
 
 def chaos_orders(ncolls: int, nranks: int, rng: np.random.Generator) -> list[list[int]]:
@@ -84,7 +86,7 @@ def chaos_worker(comm, opts: DemoOptions) -> dict:
             if opts.sync == "device":
                 comm.synchronize_device()
         for f in futures:
-            f.result(timeout=opts.result_timeout)
+            _wait(comm, f, opts)
         for k in range(K):
             got = platform.to_numpy(recvs[k])
             want = _expected(n, k, it, opts.count, opts.dtype)
@@ -99,6 +101,39 @@ def chaos_worker(comm, opts: DemoOptions) -> dict:
         bar.close()
     elapsed = time.perf_counter() - started
     return dict(comm.stats(), verified=verified, seconds=elapsed)
+
+
+def _wait(comm, future, opts: DemoOptions) -> None:
+    """Wait for one collective; with ``status_every``, rank 0 prints every rank's status
+    at that interval while it waits."""
+    deadline = time.monotonic() + opts.result_timeout
+    while True:
+        step = opts.status_every or opts.result_timeout
+        try:
+            future.result(timeout=max(0.0, min(step, deadline - time.monotonic())))
+            return
+        except FutureTimeout:
+            if not opts.status_every or time.monotonic() >= deadline:
+                raise
+            if comm.rank == 0:
+                print(format_status(comm.status()), file=sys.stderr, flush=True)
+
+
+def format_status(statuses: list[dict]) -> str:
+    """One line per rank: what it waits for (``Communicator.status()`` made readable)."""
+    lines = []
+    for st in statuses:
+        parts = [f"rank {st['rank']}: {st['outstanding']} outstanding"]
+        if st["host_blocked"]:
+            parts.append("host in a device sync")
+        for blk in st["blocks"]:
+            if blk["coll"] is None:
+                continue
+            waits = ", ".join(f"{what} rank {peer}" for peer, what in blk["waits"])
+            parts.append(f"block {blk['block']}: collective {blk['coll']} loop {blk['loop']} "
+                         f"step {blk['step']}" + (f", waits for {waits}" if waits else ""))
+        lines.append("; ".join(parts))
+    return "\n".join(lines)
 
 
 def _copy_in(dst, src: np.ndarray) -> None:
@@ -150,6 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"default here: {default_backend()}")
     p.add_argument("--watchdog", type=float, default=5.0 if gpu else 30.0,
                    help="seconds without progress before a deadlock is reported")
+    p.add_argument("--status-every", type=float, default=0.0, metavar="SECONDS",
+                   help="while waiting, print every rank's status at this interval")
     p.add_argument("--json", metavar="FILE", help="write the per-rank stats as JSON")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--schedule", metavar="FILE", help="replay a model schedule (JSON) instead")
@@ -163,7 +200,8 @@ def main(argv: list[str]) -> int:
         return replay_main(args)
     opts = DemoOptions(nranks=args.nranks, colls=args.colls, iters=args.iters, count=args.count,
                        dtype=args.dtype, policy=args.policy, sync=args.sync, seed=args.seed,
-                       in_order=args.in_order, progress=not args.no_progress)
+                       in_order=args.in_order, progress=not args.no_progress,
+                       status_every=args.status_every)
     if not opts.in_order:
         chaos_orders(opts.colls, opts.nranks, np.random.default_rng(0))  # validates K >= N
     where = "GPU" if platform.gpu_available() else "CUDA simulator (CPU)"

@@ -11,44 +11,55 @@ import time
 
 import numpy as np
 
-__all__ = ["Watchdog", "wait_for_report"]
+__all__ = ["Watchdog", "wait_for_report", "rank_status"]
 
 WAITS_DATA, WAITS_CREDIT = 1, 2
+
+
+def rank_status(world, rank: int) -> dict:
+    """What one rank's host and daemon blocks are doing, read from its control row (every
+    rank can read every row). Collectives are indices in the sorted id table."""
+    n, ctl = world.nranks, world.ctl
+    blocks = ctl["blocks"][rank][: world.config.nblocks]
+    per_block = []
+    for b, blk in enumerate(blocks):
+        coll = int(blk["coll"]) - 1
+        waits = [(peer, what) for flag, peer, what in
+                 ((WAITS_DATA, (rank - 1) % n, "data from"),
+                  (WAITS_CREDIT, (rank + 1) % n, "slot credit from"))
+                 if coll >= 0 and blk["waits"] & flag and peer != rank]
+        per_block.append(dict(block=b, coll=coll if coll >= 0 else None,
+                              loop=int(blk["step"]) // 1024, step=int(blk["step"]) % 1024,
+                              waits=waits))
+    return dict(rank=rank,
+                outstanding=int(ctl["host_submitted"][rank] - ctl["host_completed"][rank]),
+                host_blocked=bool(ctl["host_blocked"][rank]),
+                preemptions=int(blocks["preemptions"].sum()),
+                steps=int(blocks["progress"].sum()),
+                blocks=per_block)
 
 
 def wait_for_report(world, describe) -> tuple[str, list | None]:
     """Describe what every rank waits on; returns (text, cycle or None)."""
     from .sched.model import find_wait_cycle
 
-    n = world.nranks
-    nblocks = world.config.nblocks
-    ctl = world.ctl
-    running = []
-    for r in range(n):
-        blocks = ctl["blocks"][r][:nblocks]
-        running.append({int(c) - 1 for c in blocks["coll"] if c > 0})
+    statuses = [rank_status(world, r) for r in range(world.nranks)]
+    running = [{b["coll"] for b in st["blocks"] if b["coll"] is not None} for st in statuses]
     lines, edges = [], {}
-    for r in range(n):
-        blocks = ctl["blocks"][r][:nblocks]
-        outstanding = int(ctl["host_submitted"][r] - ctl["host_completed"][r])
-        head = f"rank {r}: {outstanding} outstanding"
-        if ctl["host_blocked"][r]:
+    for st in statuses:
+        r = st["rank"]
+        head = f"rank {r}: {st['outstanding']} outstanding"
+        if st["host_blocked"]:
             head += ", host blocked in a device synchronize"
         waits = []
-        for b in range(nblocks):
-            coll = int(blocks["coll"][b]) - 1
-            if coll < 0:
-                continue
-            for flag, peer, what in ((WAITS_DATA, (r - 1) % n, "data from"),
-                                     (WAITS_CREDIT, (r + 1) % n, "slot credit from")):
-                if not blocks["waits"][b] & flag or peer == r:
-                    continue
+        for blk in st["blocks"]:
+            for peer, what in blk["waits"]:
                 # An edge even when the peer is on the same collective: after a full timeout
                 # without progress that peer is stuck too, and the cycle may pass through it.
                 doing = (", ".join(describe(c) for c in sorted(running[peer]))
                          or "no collective")
-                waits.append(f"{describe(coll)} (block {b}) waits for {what} rank {peer}, "
-                             f"which is on {doing}")
+                waits.append(f"{describe(blk['coll'])} (block {blk['block']}) waits for {what} "
+                             f"rank {peer}, which is on {doing}")
                 edges.setdefault(r, []).append(peer)
         lines.append(head + (": " + "; ".join(waits) if waits else ""))
     cycle = find_wait_cycle(edges)

@@ -46,6 +46,7 @@ for s in $stages; do
     bench1)     stage bench1 60 $PY -m pydfccl bench -n 1 --iters 3000 ;;
     bench8)     stage bench8 50 $PY -m pydfccl bench -n 8 --iters 1000 ;;
     probe)      stage probe 60 $PY scripts/probe_timer.py ;;
+    probe_host) stage probe_host 60 $PY scripts/probe_host.py ;;
     *) echo "unknown stage $s" | tee -a "$SUMMARY" ;;
   esac
 done

@@ -115,6 +115,17 @@ def test_sync_behind_an_idle_daemon():
                        timeout=120)
 
 
+def test_status_shows_who_waits_for_whom():
+    out = pydfccl.launch(workers.status_while_waiting, 2, timeout=120)
+    seen = out[0]["seen"]
+    assert seen[0]["outstanding"] == 1 and seen[1]["outstanding"] == 0
+    block = seen[0]["blocks"][0]
+    assert block["coll"] == 5 and (1, "data from") in block["waits"]
+    after = out[0]["after"]
+    assert [st["outstanding"] for st in after] == [0, 0]
+    assert all(b["coll"] is None for st in after for b in st["blocks"])
+
+
 def test_bad_input_raises_clear_errors():
     (messages,) = pydfccl.launch(workers.bad_inputs, 1, timeout=120)
     text = "\n".join(messages)

@@ -165,3 +165,19 @@ def sync_after_completion(comm):
     result = platform.to_numpy(comm.run(0, x).result(timeout=60)).tolist()
     comm.synchronize_device()
     return result
+
+
+def status_while_waiting(comm):
+    """Rank 1 submits late: meanwhile rank 0's status shows it waiting for rank 1's data."""
+    comm.prepare(5, "all_reduce", count=4, dtype="float32")
+    comm.start()
+    x = _fill(comm, np.ones(4, np.float32))
+    seen = None
+    if comm.rank == 1:
+        time.sleep(1.5)
+    future = comm.run(5, x)
+    if comm.rank == 0:
+        time.sleep(0.5)
+        seen = comm.status()
+    future.result(timeout=60)
+    return dict(seen=seen, after=comm.status())

@@ -23,7 +23,7 @@ cuda.config.CUDA_LOW_OCCUPANCY_WARNINGS = 0
 
 __all__ = ["SIMULATOR", "gpu_available", "DeviceBuffer", "HostBuffer", "address_of", "empty",
            "new_stream", "launch", "wait_stream", "synchronize_device", "to_numpy",
-           "is_device_array", "precise_sleeps"]
+           "precise_sleeps"]
 
 
 def gpu_available() -> bool:
@@ -41,12 +41,6 @@ def address_of(array) -> int:
     if SIMULATOR or isinstance(array, np.ndarray) and not hasattr(array, "__cuda_array_interface__"):
         return int(array.ctypes.data)
     return int(array.__cuda_array_interface__["data"][0])
-
-
-def is_device_array(array) -> bool:
-    if SIMULATOR:
-        return isinstance(array, np.ndarray)
-    return hasattr(array, "__cuda_array_interface__")
 
 
 class DeviceBuffer:

@@ -37,7 +37,7 @@ DTYPES = ["float32", "int64", "int32", "float64"]
 OPS = ["sum", "prod", "max", "min", "avg"]
 
 BAD_PREPARE = {   # what -> (prepare kwargs, the errors it may raise)
-    "kind": (dict(kind="broadcast"), ValueError),
+    "kind": (dict(kind="all_to_everyone"), ValueError),
     "op": (dict(op="xor"), ValueError),
     "dtype_name": (dict(dtype="float16"), ValueError),
     "dtype_object": (dict(dtype=3.5), (TypeError, ValueError)),

@@ -38,14 +38,15 @@ def _c_strides(shape, itemsize):
     return tuple(reversed(strides))
 
 
-def check_buffer(array, spec, role: str) -> int:
-    """The address of ``array`` if it can serve as ``role`` ("send"/"recv") of ``spec``."""
+def check_buffer(array, spec, role: str, needed: int) -> int:
+    """The address of ``array`` if it can serve as ``role`` ("send"/"recv") of ``spec``,
+    holding at least ``needed`` elements."""
     addr, count, dtype, contiguous = buffer_info(array)
     where = f"collective {spec.coll_id} ({spec.kind}): {role} buffer"
     if dtype != np.dtype(spec.dtype):
         raise TypeError(f"{where} has dtype {dtype}, expected {spec.dtype}")
-    if count < spec.count:
-        raise ValueError(f"{where} has {count} elements, needs at least {spec.count}")
+    if count < needed:
+        raise ValueError(f"{where} has {count} elements, needs at least {needed}")
     if not contiguous:
         raise ValueError(f"{where} is not C-contiguous")
     if addr == 0:

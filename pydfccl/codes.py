@@ -4,12 +4,12 @@ import numpy as np
 
 __all__ = ["KINDS", "OPS", "DTYPES", "kind_code", "op_code", "dtype_code", "normalize_dtype"]
 
-KINDS = {"all_reduce": 0}
+KINDS = {"all_reduce": 0, "all_gather": 1, "reduce_scatter": 2, "broadcast": 3, "reduce": 4}
 OPS = {"sum": 0, "prod": 1, "max": 2, "min": 3, "avg": 4}
 # The order is the daemon's dispatch order; keep it in step with kernels/reduce.py.
 DTYPES = {"float32": 0, "float64": 1, "int32": 2, "int64": 3, "int8": 4, "uint8": 5}
 
-PLANNED_KINDS = ("all_gather", "reduce_scatter", "broadcast", "reduce")
+PLANNED_KINDS = ("send", "recv", "all_to_all")
 PLANNED_DTYPES = ("float16", "bfloat16")
 
 

@@ -27,6 +27,7 @@ from .buffers import check_buffer
 from .codes import dtype_code, kind_code, normalize_dtype, op_code
 from .errors import AbortedError, DeadlockError, PydfcclError
 from .log import logger
+from .reference import buffer_elems
 from .sched.policies import get_policy
 from .watchdog import Watchdog, rank_status
 from .world import World
@@ -45,6 +46,14 @@ class CollSpec:
     op: str
     root: int
     priority: int
+
+    def sizes(self, nranks: int) -> tuple[int, int]:
+        """Elements the send and recv buffers need (NCCL's conventions for ``count``)."""
+        return buffer_elems(self.kind, self.count, nranks)
+
+    @property
+    def in_place_ok(self) -> bool:
+        return self.kind not in ("all_gather", "reduce_scatter")
 
     def signature(self) -> dict:
         """The fields that must agree across ranks (priority is a per-rank preference)."""
@@ -192,7 +201,8 @@ class Communicator:
             spec = self._specs[coll_id]
             self._index[coll_id] = index
             itemsize = np.dtype(spec.dtype).itemsize
-            loop_elems = self.nranks * (cfg.slot_bytes // itemsize)
+            loop_elems = (cfg.slot_bytes // itemsize) * (self.nranks if spec.kind == "all_reduce"
+                                                         else 1)
             table[index] = (kind_code(spec.kind), dtype_code(spec.dtype), op_code(spec.op),
                             spec.count, spec.root, spec.priority,
                             max(1, min(cfg.nblocks, -(-spec.count // loop_elems))), itemsize)
@@ -233,9 +243,12 @@ class Communicator:
         if coll_id not in self._specs:
             raise ValueError(f"unknown collective {coll_id!r}; prepared: {sorted(self._specs)}")
         spec = self._specs[coll_id]
+        if recv is None and not spec.in_place_ok:
+            raise ValueError(f"collective {coll_id} ({spec.kind}) needs a recv buffer")
         recv = send if recv is None else recv
-        send_addr = check_buffer(send, spec, "send")
-        recv_addr = check_buffer(recv, spec, "recv")
+        send_elems, recv_elems = spec.sizes(self.nranks)
+        send_addr = check_buffer(send, spec, "send", send_elems)
+        recv_addr = check_buffer(recv, spec, "recv", recv_elems)
         prio = spec.priority if priority is None else int(priority)
         future = CollectiveFuture(self)
         future.set_running_or_notify_cancel()
@@ -246,9 +259,9 @@ class Communicator:
             if self._error is not None:
                 raise self._error
             if index in self._inflight:
-                self._pending[index].append((future, send_addr, recv_addr, prio, recv))
+                self._pending[index].append((future, send_addr, recv_addr, prio, (send, recv)))
             else:
-                self._submit(index, future, send_addr, recv_addr, prio, recv)
+                self._submit(index, future, send_addr, recv_addr, prio, (send, recv))
             self._wake.notify_all()
         if not self.persistent:
             self._launch_once()
@@ -259,8 +272,9 @@ class Communicator:
         platform.launch(self._daemon, cfg.nblocks, cfg.nthreads, self._stream, self._launch_args)
         self._launches += 1
 
-    def _submit(self, index, future, send_addr, recv_addr, prio, recv) -> None:
-        """Write one SQ entry (caller holds the lock); the seq word goes last."""
+    def _submit(self, index, future, send_addr, recv_addr, prio, buffers) -> None:
+        """Write one SQ entry (caller holds the lock); the seq word goes last. ``buffers``
+        (send, recv) stay referenced until completion: the daemon only has their addresses."""
         k = self._submitted
         slot = k % L.SQ_CAP
         self._sq["coll"][slot] = index
@@ -270,7 +284,7 @@ class Communicator:
         self._sq["seq"][slot] = k + 1
         self._submitted = k + 1
         self._row["host_submitted"] = k + 1
-        self._inflight[index] = (future, recv)
+        self._inflight[index] = (future, buffers)
 
     def synchronize_device(self) -> None:
         """A device-wide synchronize, the call that deadlocks NCCL-style libraries.
@@ -461,13 +475,12 @@ class Communicator:
             index = int(self._cq_coll[slot])
             self._cq_head += 1
             with self._lock:
-                future, recv = self._inflight.pop(index)
+                future, (_, recv) = self._inflight.pop(index)
                 self._completed += 1
                 self._row["host_completed"] = self._completed
                 resubmitted = bool(self._pending[index])
                 if resubmitted:
-                    f, s, r, p, arr = self._pending[index].popleft()
-                    self._submit(index, f, s, r, p, arr)
+                    self._submit(index, *self._pending[index].popleft())
                     self._wake.notify_all()
             if resubmitted and not self.persistent:
                 self._launch_once()

@@ -20,7 +20,9 @@ import numpy as np
 
 from . import platform
 from .errors import PydfcclError, RankFailedError
+from .codes import KINDS
 from .launch import BACKENDS, default_backend, launch
+from .reference import buffer_elems, reference
 from .sched.policies import policy_names
 
 __all__ = ["DemoOptions", "chaos_orders", "run_demo", "main"]
@@ -40,6 +42,7 @@ class DemoOptions:
     progress: bool = True
     result_timeout: float = 300.0
     status_every: float = 0.0
+    kinds: tuple = ("all_reduce",)
 
 
 def chaos_orders(ncolls: int, nranks: int, rng: np.random.Generator) -> list[list[int]]:
@@ -58,28 +61,28 @@ def _input(rank: int, coll: int, it: int, count: int, dtype) -> np.ndarray:
     return (((np.arange(count) + 7 * coll + 3 * it) % 13) + rank + 1).astype(dtype)
 
 
-def _expected(nranks: int, coll: int, it: int, count: int, dtype) -> np.ndarray:
-    return sum(_input(r, coll, it, count, np.int64) for r in range(nranks)).astype(dtype)
-
-
 def chaos_worker(comm, opts: DemoOptions) -> dict:
     K, n = opts.colls, comm.nranks
+    kinds = [opts.kinds[k % len(opts.kinds)] for k in range(K)]   # collective k's kind
+    roots = [k % n for k in range(K)]
+    sizes = [buffer_elems(kind, opts.count, n) for kind in kinds]
     for k in range(K):
-        comm.prepare(k, "all_reduce", count=opts.count, dtype=opts.dtype)
+        comm.prepare(k, kinds[k], count=opts.count, dtype=opts.dtype, root=roots[k])
     comm.start()
-    sends = [comm.empty(opts.count, opts.dtype) for _ in range(K)]
-    recvs = [comm.empty(opts.count, opts.dtype) for _ in range(K)]
+    sends = [comm.empty(send, opts.dtype) for send, _ in sizes]
+    recvs = [comm.empty(recv, opts.dtype) for _, recv in sizes]
     rng = np.random.default_rng(opts.seed)       # the same stream on every rank
     bar = None
     if opts.progress and comm.rank == 0:
         from tqdm import tqdm
-        bar = tqdm(total=opts.iters, desc=f"chaos {n} ranks x {K} all-reduces", unit="it",
+        what = "all-reduces" if set(kinds) == {"all_reduce"} else "collectives"
+        bar = tqdm(total=opts.iters, desc=f"chaos {n} ranks x {K} {what}", unit="it",
                    file=sys.stderr)
     verified, started = 0, time.perf_counter()
     for it in range(opts.iters):
         orders = ([list(range(K))] * n if opts.in_order else chaos_orders(K, n, rng))
         for k in range(K):
-            _copy_in(sends[k], _input(comm.rank, k, it, opts.count, opts.dtype))
+            _copy_in(sends[k], _input(comm.rank, k, it, sizes[k][0], opts.dtype))
         futures = []
         for k in orders[comm.rank]:
             futures.append(comm.run(k, sends[k], recvs[k]))
@@ -88,12 +91,15 @@ def chaos_worker(comm, opts: DemoOptions) -> dict:
         for f in futures:
             _wait(comm, f, opts)
         for k in range(K):
+            inputs = [_input(r, k, it, sizes[k][0], opts.dtype) for r in range(n)]
+            want = reference(kinds[k], inputs, "sum", roots[k], comm.rank)
+            if want is None:
+                continue        # reduce: only the root's output is defined
             got = platform.to_numpy(recvs[k])
-            want = _expected(n, k, it, opts.count, opts.dtype)
             if not np.array_equal(got, want):
                 bad = int(np.flatnonzero(got != want)[0])
-                raise AssertionError(f"iteration {it}, collective {k}: element {bad} is "
-                                     f"{got[bad]}, expected {want[bad]}")
+                raise AssertionError(f"iteration {it}, collective {k} ({kinds[k]}): element "
+                                     f"{bad} is {got[bad]}, expected {want[bad]}")
             verified += 1
         if bar:
             bar.update(1)
@@ -158,8 +164,9 @@ def summarize(opts: DemoOptions, per_rank: list[dict]) -> str:
         rows.append(f"{r['rank']:>4} {r['verified']:>8} {r['preemptions']:>8} "
                     f"{r['relaunches']:>8} {r['steps']:>8}")
     total = sum(r["verified"] for r in per_rank)
-    rows.append(f"iterations: {iters}; collectives verified: {total} "
-                f"({opts.colls} per iteration x {opts.nranks} ranks); "
+    rows.append(f"iterations: {iters}; outputs verified: {total} "
+                f"({opts.colls} collectives per iteration on {opts.nranks} ranks; a reduce "
+                f"only at its root); "
                 f"preemptions: {sum(r['preemptions'] for r in per_rank)}; "
                 f"relaunches: {sum(r['relaunches'] for r in per_rank)}; "
                 f"time per iteration: {1e3 * seconds / max(iters, 1):.2f} ms")
@@ -176,6 +183,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-c", "--count", type=int, default=4096 if gpu else 100,
                    help="elements per all-reduce")
     p.add_argument("-d", "--dtype", default="float32")
+    p.add_argument("--kinds", default="all_reduce",
+                   help="comma-separated collective kinds, used in turn, or 'all' "
+                        f"({', '.join(KINDS)})")
     p.add_argument("--policy", default="dfccl", choices=policy_names())
     p.add_argument("--sync", default="none", choices=["none", "device"],
                    help="'device': a device-wide synchronize after every submission")
@@ -193,6 +203,15 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _kinds(text: str) -> tuple:
+    kinds = tuple(KINDS) if text == "all" else tuple(k.strip() for k in text.split(","))
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown:
+        raise SystemExit(f"error: unknown collective kind(s) {unknown}; choose from "
+                         f"{list(KINDS)} or 'all'")
+    return kinds
+
+
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.schedule:
@@ -201,12 +220,12 @@ def main(argv: list[str]) -> int:
     opts = DemoOptions(nranks=args.nranks, colls=args.colls, iters=args.iters, count=args.count,
                        dtype=args.dtype, policy=args.policy, sync=args.sync, seed=args.seed,
                        in_order=args.in_order, progress=not args.no_progress,
-                       status_every=args.status_every)
+                       status_every=args.status_every, kinds=_kinds(args.kinds))
     if not opts.in_order:
         chaos_orders(opts.colls, opts.nranks, np.random.default_rng(0))  # validates K >= N
     where = "GPU" if platform.gpu_available() else "CUDA simulator (CPU)"
-    print(f"pydfccl chaos demo on the {where}: {opts.nranks} ranks, {opts.colls} all-reduces of "
-          f"{opts.count} x {opts.dtype} per iteration, {opts.iters} iterations, policy "
+    print(f"pydfccl chaos demo on the {where}: {opts.nranks} ranks, {opts.colls} collectives "
+          f"({', '.join(opts.kinds)}) of {opts.count} x {opts.dtype} per iteration, {opts.iters} iterations, policy "
           f"{opts.policy}, sync {opts.sync}, {'in order' if opts.in_order else '100% disorder'}")
     try:
         per_rank = run_demo(opts, backend=args.backend, watchdog_timeout=args.watchdog)

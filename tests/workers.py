@@ -8,6 +8,7 @@ import numpy as np
 
 import pydfccl
 from pydfccl import platform
+from pydfccl.reference import buffer_elems, reference
 
 
 def _fill(comm, values: np.ndarray):
@@ -25,19 +26,8 @@ def _inputs(rank: int, count: int, dtype, salt: int) -> np.ndarray:
     return (base + (1 if np.issubdtype(np.dtype(dtype), np.integer) else 0.5)).astype(dtype)
 
 
-REDUCE = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
-
-
 def expected(nranks: int, count: int, dtype, op: str, salt: int) -> np.ndarray:
-    parts = [_inputs(r, count, dtype, salt).astype(np.float64) for r in range(nranks)]
-    if op == "avg":
-        total = np.sum(parts, axis=0)
-        return (total // nranks if np.issubdtype(np.dtype(dtype), np.integer)
-                else total / nranks).astype(dtype)
-    out = parts[0]
-    for p in parts[1:]:
-        out = REDUCE[op](out, p)
-    return out.astype(dtype)
+    return reference("all_reduce", [_inputs(r, count, dtype, salt) for r in range(nranks)], op)
 
 
 def allreduce_cases(comm, cases, in_place=False, repeats=1):
@@ -90,7 +80,10 @@ def bad_inputs(comm):
     expect(ValueError, comm.prepare, -1, "all_reduce", count=10)
     comm.prepare(0, "all_reduce", count=10, dtype="float32")
     expect(ValueError, comm.prepare, 0, "all_reduce", count=10)        # duplicate id
+    comm.prepare(1, "reduce_scatter", count=5, dtype="float32")
     comm.start()
+    expect(ValueError, comm.run, 1, x)                                 # no in-place form
+    expect(ValueError, comm.run, 1, comm.empty(4, "float32"), x)       # send needs n * 5
     expect(pydfccl.PydfcclError, comm.prepare, 1, "all_reduce", count=10)  # after start
     expect(ValueError, comm.run, 7, x)                                 # unknown coll_id
     expect(ValueError, comm.run, 0, comm.empty(9, "float32"))          # too small
@@ -181,3 +174,31 @@ def status_while_waiting(comm):
         seen = comm.status()
     future.result(timeout=60)
     return dict(seen=seen, after=comm.status())
+
+
+def collective_cases(comm, cases, rotate=False):
+    """Prepare one collective per (kind, count, dtype, op, root) case and run them all, in
+    an order rotated by rank when ``rotate`` (so that tasks get preempted), returning each
+    rank's output as a list."""
+    for i, (kind, count, dtype, op, root) in enumerate(cases):
+        comm.prepare(i, kind, count=count, dtype=dtype, op=op, root=root)
+    comm.start()
+    futures = {}
+    order = list(range(len(cases)))
+    if rotate:
+        order = order[comm.rank % len(order):] + order[:comm.rank % len(order)]
+    for i in order:
+        kind, count, dtype, op, root = cases[i]
+        send_elems, recv_elems = buffer_elems(kind, count, comm.nranks)
+        send = _fill(comm, _inputs(comm.rank, send_elems, dtype, i))
+        recv = _fill(comm, np.full(recv_elems, 99, dtype))    # poison: every element is written
+        futures[i] = comm.run(i, send, recv)
+    return [platform.to_numpy(futures[i].result(timeout=120)).tolist()
+            for i in range(len(cases))]
+
+
+def expected_collective(kind, nranks, rank, count, dtype, op, root, salt):
+    """numpy's answer for one rank (None where the rank's output is unspecified)."""
+    send_elems, _ = buffer_elems(kind, count, nranks)
+    inputs = [_inputs(r, send_elems, dtype, salt) for r in range(nranks)]
+    return reference(kind, inputs, op, root, rank)

@@ -22,7 +22,8 @@ from ..sched.policies import PARAM_SLOTS
 from .memory import (as_array, atomic_add, backoff, fence_sys, load_acquire, load_volatile,
                      now_ns, store_release, store_volatile)
 from .primitives import F_POSTDIV, F_RECV, F_SEND, SPIN_ABORT, SPIN_PREEMPT, move, spin_wait
-from .ring import channel_span, chunk_span, ring_step, steps_per_loop
+from .plans import loop_elems, plan_step, steps_per_loop
+from .ring import channel_span
 
 __all__ = ["make_daemon", "compile_now", "DAEMON_SIGNATURE"]
 
@@ -40,8 +41,8 @@ CQ_STAMP, CQ_COLL = L.CQ_F["stamp"], L.CQ_F["coll"]
 P_CQ_RESERVE, P_DONE, P_COLLS, P_SQ_FRONTIER, P_TASKS = (
     L.P_CQ_RESERVE, L.P_DONE, L.P_COLLS, L.P_SQ_FRONTIER, L.P_TASKS)
 COLL_SIZE, TASK_SIZE = L.COLL_SIZE, L.TASK_SIZE
-C_DTYPE, C_OP, C_COUNT, C_NCH, C_ITEMSIZE = (
-    L.COLL_F[k] for k in ("dtype", "op", "count", "nchannels", "itemsize"))
+C_KIND, C_DTYPE, C_OP, C_COUNT, C_ROOT, C_NCH, C_ITEMSIZE = (
+    L.COLL_F[k] for k in ("kind", "dtype", "op", "count", "root", "nchannels", "itemsize"))
 T_ACTIVE, T_SEQ, T_SEND, T_RECV, T_STEP, T_LOOP, T_TRIES, T_SENT, T_RECVD, T_PRIO = (
     L.TASK_F[k] for k in ("active", "seq", "send", "recv", "step", "loop", "tries", "sent",
                           "recvd", "priority"))
@@ -55,10 +56,10 @@ SH_WORDS = 12
 CMD_MOVE, CMD_EXIT = 1, 2
 
 # Thread 0's scheduler state (a local array, so device functions can update it).
-(S_POS, S_CUR, S_TRIES_LEFT, S_THRESH, S_UNUSED, S_IDLE_SINCE, S_FRONTIER, S_STEP, S_LOOP,
+(S_POS, S_CUR, S_TRIES_LEFT, S_THRESH, S_KIND, S_IDLE_SINCE, S_FRONTIER, S_STEP, S_LOOP,
  S_SENT, S_RECVD, S_SEND, S_RECV, S_BEGIN, S_END, S_NLOOPS, S_SLOT_ELEMS, S_DTYPE, S_OP,
- S_ITEMSIZE, S_TRIES, S_COMPLETED, S_PREEMPTIONS, S_PROGRESS, S_FLAGS, S_CHUNK) = range(26)
-S_WORDS = 26
+ S_ITEMSIZE, S_TRIES, S_COMPLETED, S_PREEMPTIONS, S_PROGRESS, S_FLAGS, S_ROOT, S_COUNT) = range(27)
+S_WORDS = 27
 
 OP_AVG = 4
 
@@ -112,7 +113,7 @@ def _span(pool, coll, block, nranks, slot_bytes):
     if block >= nch:
         return 0, 0, 0, slot_elems
     begin, end = channel_span(count, nch, block)
-    loop_size = nranks * slot_elems
+    loop_size = loop_elems(load_volatile(entry + C_KIND), nranks, slot_elems)
     return begin, end, (end - begin + loop_size - 1) // loop_size, slot_elems
 
 
@@ -180,6 +181,9 @@ def make_daemon(policy):
         st[S_SEND] = load_volatile(task + T_SEND)
         st[S_RECV] = load_volatile(task + T_RECV)
         st[S_TRIES] = load_volatile(task + T_TRIES) + 1
+        st[S_KIND] = load_volatile(entry + C_KIND)
+        st[S_ROOT] = load_volatile(entry + C_ROOT)
+        st[S_COUNT] = load_volatile(entry + C_COUNT)
         st[S_DTYPE] = load_volatile(entry + C_DTYPE)
         st[S_OP] = load_volatile(entry + C_OP)
         st[S_ITEMSIZE] = load_volatile(entry + C_ITEMSIZE)
@@ -242,7 +246,9 @@ def make_daemon(policy):
                 _finish(st, ctl, pool, coll, block, nblocks)
                 continue
 
-            chunk, flags = ring_step(rank, nranks, st[S_STEP])
+            flags, in_first, out_first, n = plan_step(
+                st[S_KIND], rank, nranks, st[S_ROOT], st[S_COUNT], st[S_BEGIN], st[S_END],
+                st[S_LOOP], st[S_STEP], st[S_SLOT_ELEMS])
             mine = _conn(pool, coll, block, nblocks, conn_stride)
             need_tail = st[S_RECVD] + 1 if flags & F_RECV else 0
             need_head = st[S_SENT] + 1 - nslots if flags & F_SEND else 0
@@ -266,8 +272,6 @@ def make_daemon(policy):
 
             st[S_THRESH] = threshold_after_wait(params, st[S_THRESH], waited)
             st[S_IDLE_SINCE] = now_ns()
-            first, n = chunk_span(st[S_BEGIN], st[S_END], st[S_LOOP], chunk, nranks,
-                                  st[S_SLOT_ELEMS])
             nxt = _conn(peers[(rank + 1) % nranks], coll, block, nblocks, conn_stride)
             itemsize = st[S_ITEMSIZE]
             sh[SH_DTYPE] = st[S_DTYPE]
@@ -278,9 +282,9 @@ def make_daemon(policy):
             if st[S_OP] != OP_AVG:
                 sh[SH_FLAGS] = flags & ~F_POSTDIV
             sh[SH_SLOT_IN] = mine + CONN_HEADER + (st[S_RECVD] % nslots) * slot_bytes
-            sh[SH_USER_IN] = st[S_SEND] + first * itemsize
+            sh[SH_USER_IN] = st[S_SEND] + in_first * itemsize
             sh[SH_SLOT_OUT] = nxt + CONN_HEADER + (st[S_SENT] % nslots) * slot_bytes
-            sh[SH_USER_OUT] = st[S_RECV] + first * itemsize
+            sh[SH_USER_OUT] = st[S_RECV] + out_first * itemsize
             st[S_FLAGS] = flags
             sh[SH_CMD] = CMD_MOVE
             return
@@ -300,7 +304,7 @@ def make_daemon(policy):
             prev = _conn(peers[(rank - 1 + nranks) % nranks], coll, block, nblocks, conn_stride)
             store_release(prev + CONN_HEAD, st[S_RECVD])
         st[S_STEP] += 1
-        if st[S_STEP] == steps_per_loop(nranks):
+        if st[S_STEP] == steps_per_loop(st[S_KIND], nranks):
             st[S_STEP] = 0
             st[S_LOOP] += 1
         st[S_PROGRESS] += 1

@@ -17,14 +17,7 @@ from numba import cuda
 from .primitives import (COPY, RECV, RECV_COPY_SEND, RECV_REDUCE_COPY_SEND,
                          RECV_REDUCE_SEND, SEND)
 
-__all__ = ["steps_per_loop", "ring_step", "chunk_span", "channel_span"]
-
-
-@cuda.jit(device=True)
-def steps_per_loop(nranks):
-    if nranks == 1:
-        return 1
-    return 2 * nranks - 1
+__all__ = ["ring_step", "chunk_span", "channel_span"]
 
 
 @cuda.jit(device=True)

@@ -202,3 +202,34 @@ def expected_collective(kind, nranks, rank, count, dtype, op, root, salt):
     send_elems, _ = buffer_elems(kind, count, nranks)
     inputs = [_inputs(r, send_elems, dtype, salt) for r in range(nranks)]
     return reference(kind, inputs, op, root, rank)
+
+
+def many_runs_without_waiting(comm, runs: int):
+    """More runs than the SQ holds, submitted at once: the host queues them, none is lost,
+    and they complete in submission order."""
+    comm.prepare(0, "all_reduce", count=3, dtype="int64")
+    comm.start()
+    sends = [_fill(comm, np.full(3, i + comm.rank, np.int64)) for i in range(runs)]
+    recvs = [comm.empty(3, "int64") for _ in range(runs)]
+    done = []
+    futures = [comm.run(0, sends[i], recvs[i]) for i in range(runs)]
+    for i, f in enumerate(futures):
+        f.add_done_callback(lambda _, i=i: done.append(i))
+    results = [int(platform.to_numpy(f.result(timeout=300))[0]) for f in futures]
+    return dict(results=results, order=done, stats=comm.stats())
+
+
+def steady_resources(comm, rounds: int):
+    """Threads and launches stay bounded over many collectives."""
+    import threading
+
+    comm.prepare(0, "all_reduce", count=2, dtype="float32")
+    comm.start()
+    x = _fill(comm, np.ones(2, np.float32))
+    y = comm.empty(2, "float32")
+    counts = []
+    for i in range(rounds):
+        comm.run(0, x, y).result(timeout=60)
+        if i % (rounds // 4) == 0:
+            counts.append(threading.active_count())
+    return dict(threads=counts, stats=comm.stats())

@@ -28,6 +28,7 @@ from .codes import dtype_code, kind_code, normalize_dtype, op_code
 from .errors import AbortedError, DeadlockError, PydfcclError
 from .log import logger
 from .reference import buffer_elems
+from .trace import TraceReader
 from .sched.policies import get_policy
 from .watchdog import Watchdog, rank_status
 from .world import World
@@ -209,6 +210,8 @@ class Communicator:
         self.world.pools[self.rank].write(L.P_COLLS, table)
         self._row["params"][0] = self.policy.param_array(platform.SIMULATOR)
         self._by_index = {i: c for c, i in self._index.items()}
+        self._tracer = TraceReader(self.world.pools[self.rank], self.rank, cfg.nblocks,
+                                   self._by_index)
         self._stream = platform.new_stream()
         self._daemon = _daemon_for(self.policy)
         self._state = "started"
@@ -325,6 +328,17 @@ class Communicator:
             out.append(st)
         return out
 
+    def trace(self) -> list[dict]:
+        """Every event of this rank's daemon blocks so far, oldest first per block: dicts with
+        ``t_ns``, ``rank``, ``block``, ``event`` (absorbed, loaded, preempted, completed,
+        launched, quit), ``coll`` (coll_id or None), ``loop``, ``step``. The poller drains the
+        logs while work is outstanding; ``trace_lost()`` counts records overwritten first."""
+        self._require_started_once("trace")
+        return self._tracer.drain()
+
+    def trace_lost(self) -> int:
+        return self._tracer.lost
+
     def stats(self) -> dict:
         blocks = self._blocks[: self.world.config.nblocks]
         return dict(
@@ -434,6 +448,8 @@ class Communicator:
                     self._set_error(DeadlockError(report))
                     break
                 idle_spins += 1
+                if idle_spins % 4096 == 0:
+                    self._tracer.drain()    # before the blocks' rings wrap
                 # Poll fast while nobody else waits; leave the GIL to a thread in result().
                 time.sleep(SPIN_SLEEP if idle_spins < 2000 and not self._helpers else 1e-4)
             else:
@@ -508,6 +524,10 @@ class Communicator:
                 future.set_exception(error)
 
     # -- helpers -----------------------------------------------------------------------------
+
+    def _require_started_once(self, what: str) -> None:
+        if not hasattr(self, "_tracer"):
+            raise PydfcclError(f"{what}() is only allowed after start()")
 
     def _require(self, state: str, what: str) -> None:
         if self._state != state:

@@ -24,6 +24,7 @@ from .codes import KINDS
 from .launch import BACKENDS, default_backend, launch
 from .reference import buffer_elems, reference
 from .sched.policies import policy_names
+from .trace import plot_timeline, to_chrome
 
 __all__ = ["DemoOptions", "chaos_orders", "run_demo", "main"]
 
@@ -43,6 +44,7 @@ class DemoOptions:
     result_timeout: float = 300.0
     status_every: float = 0.0
     kinds: tuple = ("all_reduce",)
+    trace: bool = False
 
 
 def chaos_orders(ncolls: int, nranks: int, rng: np.random.Generator) -> list[list[int]]:
@@ -106,7 +108,8 @@ def chaos_worker(comm, opts: DemoOptions) -> dict:
     if bar:
         bar.close()
     elapsed = time.perf_counter() - started
-    return dict(comm.stats(), verified=verified, seconds=elapsed)
+    return dict(comm.stats(), verified=verified, seconds=elapsed,
+                trace=comm.trace() if opts.trace else None)
 
 
 def _wait(comm, future, opts: DemoOptions) -> None:
@@ -198,6 +201,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--status-every", type=float, default=0.0, metavar="SECONDS",
                    help="while waiting, print every rank's status at this interval")
     p.add_argument("--json", metavar="FILE", help="write the per-rank stats as JSON")
+    p.add_argument("--trace", metavar="FILE",
+                   help="write the daemons' events as a Chrome-trace/Perfetto JSON timeline")
+    p.add_argument("--plot", metavar="FILE.png", help="draw the timeline as a picture")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--schedule", metavar="FILE", help="replay a model schedule (JSON) instead")
     return p
@@ -220,7 +226,8 @@ def main(argv: list[str]) -> int:
     opts = DemoOptions(nranks=args.nranks, colls=args.colls, iters=args.iters, count=args.count,
                        dtype=args.dtype, policy=args.policy, sync=args.sync, seed=args.seed,
                        in_order=args.in_order, progress=not args.no_progress,
-                       status_every=args.status_every, kinds=_kinds(args.kinds))
+                       status_every=args.status_every, kinds=_kinds(args.kinds),
+                       trace=bool(args.trace or args.plot))
     if not opts.in_order:
         chaos_orders(opts.colls, opts.nranks, np.random.default_rng(0))  # validates K >= N
     where = "GPU" if platform.gpu_available() else "CUDA simulator (CPU)"
@@ -237,8 +244,18 @@ def main(argv: list[str]) -> int:
     except PydfcclError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    events = [e for r in per_rank for e in (r.pop("trace") or [])]
+    names = {k: f"{opts.kinds[k % len(opts.kinds)]} {k}" for k in range(opts.colls)}
     print(summarize(opts, per_rank))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(dict(options=asdict(opts), ranks=per_rank), f, indent=2)
+    if args.trace:
+        with open(args.trace, "w") as f:
+            json.dump(to_chrome(events, names), f)
+        print(f"timeline of {len(events)} events written to {args.trace}")
+    if args.plot:
+        plot_timeline(events, args.plot, title=f"chaos demo, {opts.nranks} ranks, {opts.policy}",
+                      names=names)
+        print(f"timeline picture written to {args.plot}")
     return 0

@@ -9,15 +9,16 @@ Two regions per rank:
   or shared memory under the simulator): the submission queue (SQ), the completion queue
   (CQ), the abort word, policy parameters and per-block status and statistics;
 * the *pool*, in device memory that peers can reach: the collective table, the saved task
-  contexts, and the connectors (slot buffers with head/tail counters) through which the
+  contexts, each block's event log, and the connectors (slot buffers with head/tail counters) through which the
   previous rank in the ring sends data to this one.
 """
 
 import numpy as np
 
 __all__ = [
-    "MAX_COLLS", "MAX_BLOCKS", "SQ_CAP", "CQ_CAP",
-    "BLOCK_STATUS", "SQ_ENTRY", "CQ_ENTRY", "CTL_ROW", "COLL_ENTRY", "TASK", "POOL_HEADER",
+    "MAX_COLLS", "MAX_BLOCKS", "SQ_CAP", "CQ_CAP", "TRACE_CAP", "TRACE_KINDS",
+    "BLOCK_STATUS", "SQ_ENTRY", "CQ_ENTRY", "CTL_ROW", "COLL_ENTRY", "TASK", "TRACE_EVENT",
+    "POOL_HEADER",
     "CONN_HEADER_BYTES", "conn_bytes", "pool_bytes", "word",
 ]
 
@@ -90,13 +91,25 @@ TASK = np.dtype([          # the saved context of one collective on one block
     ("pad", I8, 6),
 ])
 
+TRACE_EVENT = np.dtype([   # one record of a block's event log
+    ("t", I8),             # nanoseconds (%globaltimer on a GPU, perf_counter_ns simulated)
+    ("event", I8),         # TRACE_KINDS
+    ("coll", I8),          # collective index (-1: none)
+    ("detail", I8),        # loop * 1024 + step, or the SQ sequence number
+])
+TRACE_CAP = 1024           # events kept per block; the host drains them
+TRACE_KINDS = {1: "absorbed", 2: "loaded", 3: "preempted", 4: "completed", 5: "launched",
+               6: "quit"}
+
 POOL_HEADER = np.dtype([
     ("cq_reserve", I8),
     ("pad", I8, 31),
     ("done", I8, MAX_COLLS),   # blocks that finished each collective, ever
     ("colls", COLL_ENTRY, MAX_COLLS),
     ("sq_frontier", I8, MAX_BLOCKS),
+    ("trace_head", I8, MAX_BLOCKS),   # events each block has written, ever
     ("tasks", TASK, (MAX_BLOCKS, MAX_COLLS)),
+    ("trace", TRACE_EVENT, (MAX_BLOCKS, TRACE_CAP)),
 ], align=True)
 
 CONN_HEADER_BYTES = 256    # tail word, then head word 128 bytes later (separate lines)
@@ -141,6 +154,9 @@ P_DONE = word(POOL_HEADER, "done")
 P_COLLS = word(POOL_HEADER, "colls")
 P_SQ_FRONTIER = word(POOL_HEADER, "sq_frontier")
 P_TASKS = word(POOL_HEADER, "tasks")
+P_TRACE_HEAD = word(POOL_HEADER, "trace_head")
+P_TRACE = word(POOL_HEADER, "trace")
+TRACE_SIZE = TRACE_EVENT.itemsize
 COLL_SIZE = COLL_ENTRY.itemsize
 COLL_F = {name: word(COLL_ENTRY, name) for name in COLL_ENTRY.names}
 TASK_SIZE = TASK.itemsize

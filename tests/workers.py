@@ -233,3 +233,11 @@ def steady_resources(comm, rounds: int):
         if i % (rounds // 4) == 0:
             counts.append(threading.active_count())
     return dict(threads=counts, stats=comm.stats())
+
+
+def traced_opposite_orders(comm, ncolls: int, count: int):
+    """opposite_orders, returning the daemon's event log as well."""
+    out = opposite_orders(comm, ncolls, count)
+    out["trace"] = comm.trace()
+    out["lost"] = comm.trace_lost()
+    return out

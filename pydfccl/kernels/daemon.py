@@ -5,7 +5,10 @@ it takes new work from the submission queue (SQ), keeps the block's active tasks
 the policy's order, loads a task (restoring its saved context), spins for the next step's
 data and slot credit within the policy's time budget (nanoseconds, ``%globaltimer``), and either hands the step to the whole
 block (``move``) or preempts the task, saving its context. The last block to finish a
-collective writes the completion queue (CQ). When the policy says it has gone too long
+collective writes the completion queue (CQ). Thread 0 also appends every event (task
+absorbed, loaded, preempted, completed; block launched, quit) to the block's event log in
+the pool, which the host drains for ``Communicator.trace()``. When the policy says it has
+gone too long
 without progress (idle, or stuck) the block exits (voluntary quit); the host relaunches it when work is outstanding.
 
 ``make_daemon(policy)`` compiles the policy's five functions into a daemon (one signature:
@@ -46,6 +49,10 @@ C_KIND, C_DTYPE, C_OP, C_COUNT, C_ROOT, C_NCH, C_ITEMSIZE = (
 T_ACTIVE, T_SEQ, T_SEND, T_RECV, T_STEP, T_LOOP, T_TRIES, T_SENT, T_RECVD, T_PRIO = (
     L.TASK_F[k] for k in ("active", "seq", "send", "recv", "step", "loop", "tries", "sent",
                           "recvd", "priority"))
+P_TRACE_HEAD, P_TRACE, TRACE_SIZE, TRACE_CAP = L.P_TRACE_HEAD, L.P_TRACE, L.TRACE_SIZE, L.TRACE_CAP
+EV_ABSORBED, EV_LOADED, EV_PREEMPTED, EV_COMPLETED, EV_LAUNCHED, EV_QUIT = (
+    {name: code for code, name in L.TRACE_KINDS.items()}[k]
+    for k in ("absorbed", "loaded", "preempted", "completed", "launched", "quit"))
 HEADER_BYTES, CONN_HEADER, CONN_TAIL, CONN_HEAD = (
     L.HEADER_BYTES, L.CONN_HEADER_BYTES, L.CONN_TAIL, L.CONN_HEAD)
 
@@ -118,8 +125,22 @@ def _span(pool, coll, block, nranks, slot_bytes):
 
 
 @cuda.jit(device=True)
+def _trace(pool, block, event, coll, detail):
+    """Append one record to this block's event log (thread 0; the host drains it)."""
+    head = pool + P_TRACE_HEAD + block * 8
+    i = load_volatile(head)
+    record = pool + P_TRACE + (block * TRACE_CAP + i % TRACE_CAP) * TRACE_SIZE
+    store_volatile(record, now_ns())
+    store_volatile(record + 8, event)
+    store_volatile(record + 16, coll)
+    store_volatile(record + 24, detail)
+    store_volatile(head, i + 1)
+
+
+@cuda.jit(device=True)
 def _finish(st, ctl, pool, coll, block, nblocks):
     """This block is done with ``coll``; the last block of all writes the CQ."""
+    _trace(pool, block, EV_COMPLETED, coll, 0)
     st[S_COMPLETED] += 1
     store_volatile(_status(ctl, block) + BS_COMPLETED, st[S_COMPLETED])
     old = atomic_add(pool + P_DONE + coll * 8, 1)
@@ -150,6 +171,7 @@ def make_daemon(policy):
             coll = load_volatile(entry + SQ_COLL)
             prio = load_volatile(entry + SQ_PRIO)
             f += 1
+            _trace(pool, block, EV_ABSORBED, coll, f)
             task = _task(pool, block, coll)
             begin, end, nloops, slot_elems = _span(pool, coll, block, nranks, slot_bytes)
             if nloops == 0:
@@ -193,6 +215,7 @@ def make_daemon(policy):
         st[S_NLOOPS] = nloops
         st[S_SLOT_ELEMS] = slot_elems
         st[S_THRESH] = threshold_on_load(params, is_head, st[S_TRIES])
+        _trace(pool, block, EV_LOADED, coll, st[S_LOOP] * 1024 + st[S_STEP])
 
     @cuda.jit(device=True)
     def save_task(st, pool, block, active):
@@ -262,6 +285,7 @@ def make_daemon(policy):
                 sh[SH_CMD] = CMD_EXIT
                 return
             if waited == SPIN_PREEMPT:
+                _trace(pool, block, EV_PREEMPTED, coll, st[S_LOOP] * 1024 + st[S_STEP])
                 save_task(st, pool, block, 1)
                 st[S_PREEMPTIONS] += 1
                 store_volatile(status + BS_PREEMPTIONS, st[S_PREEMPTIONS])
@@ -322,6 +346,7 @@ def make_daemon(policy):
         st[S_COMPLETED] = load_volatile(status + BS_COMPLETED)
         st[S_PREEMPTIONS] = load_volatile(status + BS_PREEMPTIONS)
         st[S_PROGRESS] = load_volatile(status + BS_PROGRESS)
+        _trace(pool, block, EV_LAUNCHED, -1, 0)
         sh[SH_NACT] = 0
         for coll in range(MAX_COLLS):
             task = _task(pool, block, coll)
@@ -358,6 +383,7 @@ def make_daemon(policy):
                 post_step(st, ctl, pool, peers, rank, nranks, nslots, conn_stride, block,
                           nblocks)
         if tid == 0:
+            _trace(pool, block, EV_QUIT, -1, 0)
             status = _status(ctl, block)
             store_volatile(status + BS_EXITS, load_volatile(status + BS_EXITS) + 1)
 

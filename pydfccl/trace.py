@@ -1,0 +1,106 @@
+"""The daemons' event logs: drained from each block's ring in the pool, turned into plain
+records and into a Chrome-trace / Perfetto timeline (one track per rank and block)."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from . import layout as L
+
+__all__ = ["TraceReader", "to_chrome", "plot_timeline"]
+
+
+class TraceReader:
+    """Reads new records from one rank's block logs; keeps everything read so far."""
+
+    def __init__(self, pool, rank: int, nblocks: int, coll_ids: dict):
+        self.pool, self.rank, self.nblocks, self.coll_ids = pool, rank, nblocks, coll_ids
+        self.read = [0] * nblocks
+        self.events: list[dict] = []
+        self.lost = 0          # records overwritten before they were read
+        self._lock = threading.Lock()
+
+    def _heads(self) -> np.ndarray:
+        return self.pool.read(L.P_TRACE_HEAD, 8 * self.nblocks).view(np.int64)
+
+    def drain(self) -> list[dict]:
+        with self._lock:
+            heads = self._heads()
+            rings = self.pool.read(L.P_TRACE, self.nblocks * L.TRACE_CAP * L.TRACE_SIZE)
+            rings = rings.view(L.TRACE_EVENT).reshape(self.nblocks, L.TRACE_CAP)
+            after = self._heads()   # records older than after - CAP may be overwritten now
+            for b in range(self.nblocks):
+                first = max(self.read[b], int(after[b]) - L.TRACE_CAP)
+                self.lost += first - self.read[b]
+                for i in range(first, int(heads[b])):
+                    rec = rings[b, i % L.TRACE_CAP]
+                    coll = int(rec["coll"])
+                    self.events.append(dict(
+                        t_ns=int(rec["t"]), rank=self.rank, block=b,
+                        event=L.TRACE_KINDS.get(int(rec["event"]), "unknown"),
+                        coll=self.coll_ids.get(coll) if coll >= 0 else None,
+                        loop=int(rec["detail"]) // 1024, step=int(rec["detail"]) % 1024))
+                self.read[b] = int(heads[b])
+            return list(self.events)
+
+
+def to_chrome(events: list[dict], names: dict | None = None) -> dict:
+    """Chrome-trace JSON (``chrome://tracing``, ui.perfetto.dev): a slice per stretch a
+    block ran a collective (from loaded to preempted or completed), instants for the rest."""
+    if not events:
+        return {"traceEvents": []}
+    names = names or {}
+    t0 = min(e["t_ns"] for e in events)
+    out, running = [], {}
+    for e in sorted(events, key=lambda e: (e["rank"], e["block"], e["t_ns"])):
+        track = (e["rank"], e["block"])
+        ts = (e["t_ns"] - t0) / 1e3
+        label = names.get(e["coll"], f"collective {e['coll']}")
+        if e["event"] == "loaded":
+            running[track] = (ts, e)
+        elif e["event"] in ("preempted", "completed") and track in running:
+            start, loaded = running.pop(track)
+            out.append(dict(name=label, ph="X", ts=start, dur=max(ts - start, 0.001),
+                            pid=e["rank"], tid=e["block"],
+                            args=dict(ended=e["event"], from_step=loaded["step"],
+                                      to_step=e["step"], loop=e["loop"])))
+        else:
+            out.append(dict(name=e["event"] + (f" {label}" if e["coll"] is not None else ""),
+                            ph="i", s="t", ts=ts, pid=e["rank"], tid=e["block"]))
+    for rank in sorted({e["rank"] for e in events}):
+        out.append(dict(name="process_name", ph="M", pid=rank, args=dict(name=f"rank {rank}")))
+    return {"traceEvents": out, "displayTimeUnit": "ms"}
+
+
+def plot_timeline(events: list[dict], path: str, title: str = "pydfccl daemons",
+                  names: dict | None = None) -> None:
+    """A timeline picture: one row per rank and block, a bar per stretch a collective ran
+    (colour: the collective), a red tick where it was preempted."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    slices = [e for e in to_chrome(events, names)["traceEvents"] if e["ph"] == "X"]
+    tracks = sorted({(s["pid"], s["tid"]) for s in slices})
+    row = {track: i for i, track in enumerate(tracks)}
+    colls = sorted({s["name"] for s in slices})
+    cmap = plt.get_cmap("tab20")
+    fig, ax = plt.subplots(figsize=(11, 0.5 * len(tracks) + 1.5))
+    for s in slices:
+        y = row[(s["pid"], s["tid"])]
+        ax.broken_barh([(s["ts"] / 1e3, s["dur"] / 1e3)], (y - 0.4, 0.8),
+                       color=cmap(colls.index(s["name"]) % 20))
+        if s["args"]["ended"] == "preempted":
+            ax.plot([(s["ts"] + s["dur"]) / 1e3] * 2, [y - 0.4, y + 0.4], color="red", lw=0.8)
+    ax.set_yticks(range(len(tracks)), [f"rank {r} block {b}" for r, b in tracks])
+    ax.set_xlabel("time (ms)")
+    ax.set_title(title + " (bars: a collective running; red: preempted)")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=cmap(i % 20)) for i in range(len(colls))]
+    ax.legend(handles, colls, fontsize="small", ncol=min(len(colls), 8), loc="upper center",
+              bbox_to_anchor=(0.5, -0.35))
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,55 @@
+"""The daemons' event logs: every collective is absorbed, loaded, (preempted, loaded again)*,
+completed, on every rank and block that has data for it; the Chrome trace is well formed."""
+
+import json
+
+import pydfccl
+import workers
+from pydfccl.trace import to_chrome
+
+
+def _runs(events):
+    """Per (rank, block, coll): the event names in order."""
+    runs = {}
+    for e in sorted(events, key=lambda e: (e["rank"], e["block"], e["t_ns"])):
+        if e["coll"] is not None:
+            runs.setdefault((e["rank"], e["block"], e["coll"]), []).append(e["event"])
+    return runs
+
+
+def test_trace_shows_every_collective_loaded_preempted_resumed_completed():
+    paper_order = pydfccl.get_policy("dfccl").with_params(ORDER_BY_ID=0)
+    per_rank = pydfccl.launch(workers.traced_opposite_orders, 2, args=(3, 500),
+                              policy=paper_order, timeout=300)
+    events = [e for out in per_rank for e in out["trace"]]
+    assert all(out["lost"] == 0 for out in per_rank)
+    runs = _runs(events)
+    assert sorted({(r, c) for r, _, c in runs}) == [(r, c) for r in range(2) for c in range(3)]
+    preempted = 0
+    for key, names in runs.items():
+        assert names[0] == "absorbed" and names[-1] == "completed", (key, names)
+        body = names[1:-1]
+        assert body and body[0] == "loaded", (key, names)
+        for a, b in zip(body, body[1:]):          # a preemption is always followed by a resume
+            assert not (a == "preempted" and b != "loaded"), (key, names)
+        preempted += body.count("preempted")
+    assert preempted == sum(out["stats"]["preemptions"] for out in per_rank) > 0
+    assert {e["event"] for e in events} >= {"launched", "absorbed", "loaded", "completed"}
+
+    chrome = to_chrome(events)
+    json.dumps(chrome)
+    slices = [e for e in chrome["traceEvents"] if e["ph"] == "X"]
+    assert len(slices) == sum(n.count("loaded") for n in runs.values())
+    assert {s["args"]["ended"] for s in slices} <= {"preempted", "completed"}
+
+
+def test_demo_writes_a_timeline_and_a_picture(tmp_path):
+    from pydfccl.demo import main
+
+    trace, picture = tmp_path / "t.json", tmp_path / "t.png"
+    assert main(["-n", "2", "-k", "3", "-i", "1", "-c", "20", "--no-progress",
+                 "--trace", str(trace), "--plot", str(picture)]) == 0
+    chrome = json.loads(trace.read_text())
+    assert {e["pid"] for e in chrome["traceEvents"]} == {0, 1}
+    assert any(e["ph"] == "X" and e["name"] == "all_reduce 2" for e in chrome["traceEvents"])
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

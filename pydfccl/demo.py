@@ -180,12 +180,12 @@ def build_parser() -> argparse.ArgumentParser:
     gpu = platform.gpu_available()
     p = argparse.ArgumentParser(prog="python -m pydfccl demo", description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("-n", "--nranks", type=int, default=4 if gpu else 3)
-    p.add_argument("-k", "--colls", type=int, default=8, help="all-reduces per iteration")
-    p.add_argument("-i", "--iters", type=int, default=50 if gpu else 5)
+    p.add_argument("-n", "--nranks", type=int, default=4 if gpu else 3, help="ranks")
+    p.add_argument("-k", "--colls", type=int, default=8, help="collectives per iteration")
+    p.add_argument("-i", "--iters", type=int, default=50 if gpu else 5, help="iterations")
     p.add_argument("-c", "--count", type=int, default=4096 if gpu else 100,
-                   help="elements per all-reduce")
-    p.add_argument("-d", "--dtype", default="float32")
+                   help="count of each collective (NCCL's meaning)")
+    p.add_argument("-d", "--dtype", default="float32", help="element type")
     p.add_argument("--kinds", default="all_reduce",
                    help="comma-separated collective kinds, used in turn, or 'all' "
                         f"({', '.join(KINDS)})")

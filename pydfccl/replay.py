@@ -24,6 +24,7 @@ from . import layout as L
 from . import platform
 from .errors import RankFailedError
 from .launch import default_backend, launch
+from .reference import reference
 from .sched.model import Schedule, run_schedule
 from .world import WorldConfig
 
@@ -41,7 +42,7 @@ def input_values(rank: int, coll: int, count: int, dtype="int64") -> np.ndarray:
 
 
 def expected_values(nranks: int, coll: int, count: int, dtype="int64") -> np.ndarray:
-    return sum(input_values(r, coll, count, np.int64) for r in range(nranks)).astype(dtype)
+    return reference("all_reduce", [input_values(r, coll, count, dtype) for r in range(nranks)])
 
 
 def model_values(schedule: Schedule) -> dict:

@@ -23,8 +23,9 @@ import numpy as np
 
 from . import layout as L
 from . import platform
-from .buffers import check_buffer
+from .buffers import BufferChecker
 from .codes import dtype_code, kind_code, normalize_dtype, op_code
+from .hostspin import SPINS_PER_CALL, wait_for_stamp
 from .errors import AbortedError, DeadlockError, PydfcclError
 from .log import logger
 from .reference import buffer_elems
@@ -67,7 +68,7 @@ class CollectiveFuture(Future):
     completion queue itself instead of waiting for the poller thread to wake it, which
     saves a thread hand-off (tens of microseconds in Python) per collective."""
 
-    SPIN_SECONDS = 0.02   # then fall back to a blocking wait on the poller
+    SPIN_SECONDS = platform.WAIT_SPIN_SECONDS   # then a blocking wait on the poller
 
     def __init__(self, comm):
         super().__init__()
@@ -162,6 +163,9 @@ class Communicator:
         self._sq = {name: ctl["sq"][name][rank] for name in L.SQ_ENTRY.names}
         self._cq_stamp = ctl["cq"]["stamp"][rank]
         self._cq_coll = ctl["cq"]["coll"][rank]
+        self._cq_stamp_addr = self._cq_stamp.ctypes.data
+        self._cq_stamp_stride = self._cq_stamp.strides[0]
+        self._check_buffer = BufferChecker()
         self._blocks = ctl["blocks"][rank]
         self._row = ctl[rank: rank + 1]
         timeout = watchdog_timeout if watchdog_timeout is not None else (
@@ -250,8 +254,8 @@ class Communicator:
             raise ValueError(f"collective {coll_id} ({spec.kind}) needs a recv buffer")
         recv = send if recv is None else recv
         send_elems, recv_elems = spec.sizes(self.nranks)
-        send_addr = check_buffer(send, spec, "send", send_elems)
-        recv_addr = check_buffer(recv, spec, "recv", recv_elems)
+        send_addr = self._check_buffer(send, spec, "send", send_elems)
+        recv_addr = self._check_buffer(recv, spec, "recv", recv_elems)
         prio = spec.priority if priority is None else int(priority)
         future = CollectiveFuture(self)
         future.set_running_or_notify_cancel()
@@ -464,12 +468,13 @@ class Communicator:
             return
         spin = CollectiveFuture.SPIN_SECONDS
         end = time.perf_counter() + (spin if timeout is None else min(spin, timeout))
-        platform.precise_sleeps()
         self._helpers += 1
         try:
             while not future.done() and time.perf_counter() < end:
-                if not self._drain_cq():
-                    time.sleep(SPIN_SLEEP)
+                if not self._drain_cq():   # watch the next CQ stamp with the GIL released
+                    head = self._cq_head
+                    addr = self._cq_stamp_addr + (head % L.CQ_CAP) * self._cq_stamp_stride
+                    wait_for_stamp(addr, head + 1, SPINS_PER_CALL)
         finally:
             self._helpers -= 1
 

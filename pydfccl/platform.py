@@ -21,9 +21,16 @@ from .kernels.memory import SIMULATOR
 # launch.
 cuda.config.CUDA_LOW_OCCUPANCY_WARNINGS = 0
 
-__all__ = ["SIMULATOR", "gpu_available", "DeviceBuffer", "HostBuffer", "address_of", "empty",
+__all__ = ["SIMULATOR", "WAIT_SPIN_SECONDS", "gpu_available", "DeviceBuffer", "HostBuffer", "address_of", "empty",
            "new_stream", "launch", "wait_stream", "synchronize_device", "to_numpy",
            "precise_sleeps"]
+
+
+# How long a thread in ``Future.result()`` watches for its completion itself (spinning
+# without the GIL) before it leaves that to the poller thread and sleeps. On a GPU a small
+# collective takes microseconds; under the simulator it takes milliseconds of CPU that a
+# spinning waiter would only slow down.
+WAIT_SPIN_SECONDS = 0.0 if SIMULATOR else 0.02
 
 
 def gpu_available() -> bool:

@@ -47,6 +47,7 @@ for s in $stages; do
     bench8)     stage bench8 50 $PY -m pydfccl bench -n 8 --iters 1000 ;;
     probe)      stage probe 60 $PY scripts/probe_timer.py ;;
     probe_host) stage probe_host 60 $PY scripts/probe_host.py ;;
+    probe_latency) stage probe_latency 90 $PY scripts/probe_latency.py ;;
     replay)     # a model schedule replayed on the engine (exit 0), and under nccl (exit 3)
                 stage replay 90 $PY -m pydfccl demo --schedule scripts/schedules/three_ranks_disordered_with_syncs.json
                 stage replay_nccl 60 $PY -m pydfccl demo --schedule scripts/schedules/three_ranks_disordered_with_syncs.json --policy nccl --watchdog 5 ;;

@@ -65,8 +65,17 @@ CMD_MOVE, CMD_EXIT = 1, 2
 # Thread 0's scheduler state (a local array, so device functions can update it).
 (S_POS, S_CUR, S_TRIES_LEFT, S_THRESH, S_KIND, S_IDLE_SINCE, S_FRONTIER, S_STEP, S_LOOP,
  S_SENT, S_RECVD, S_SEND, S_RECV, S_BEGIN, S_END, S_NLOOPS, S_SLOT_ELEMS, S_DTYPE, S_OP,
- S_ITEMSIZE, S_TRIES, S_COMPLETED, S_PREEMPTIONS, S_PROGRESS, S_FLAGS, S_ROOT, S_COUNT) = range(27)
-S_WORDS = 27
+ S_ITEMSIZE, S_TRIES, S_COMPLETED, S_PREEMPTIONS, S_PROGRESS, S_FLAGS, S_ROOT, S_COUNT,
+ S_ABORT_SEEN) = range(28)
+S_WORDS = 28
+
+# Host memory is a PCIe round trip away (about a microsecond), so the hot path avoids it: the
+# abort word is read at most every ABORT_CHECK_NS, and a block's status row (what the
+# watchdog reports) is written only when a wait has lasted QUICK_WAIT_NS, at a preemption,
+# a completion, a quit, and every PROGRESS_EVERY steps.
+ABORT_CHECK_NS = 10_000
+QUICK_WAIT_NS = 20_000
+PROGRESS_EVERY = 64
 
 OP_AVG = 4
 
@@ -138,11 +147,22 @@ def _trace(pool, block, event, coll, detail):
 
 
 @cuda.jit(device=True)
+def _publish(st, status, waits):
+    """Write what this block waits for to its status row (host memory, for the watchdog)."""
+    store_volatile(status + BS_COLL, st[S_CUR] + 1)
+    store_volatile(status + BS_STEP, st[S_LOOP] * 1024 + st[S_STEP])
+    store_volatile(status + BS_WAITS, waits)
+    store_volatile(status + BS_PROGRESS, st[S_PROGRESS])
+
+
+@cuda.jit(device=True)
 def _finish(st, ctl, pool, coll, block, nblocks):
     """This block is done with ``coll``; the last block of all writes the CQ."""
     _trace(pool, block, EV_COMPLETED, coll, 0)
     st[S_COMPLETED] += 1
-    store_volatile(_status(ctl, block) + BS_COMPLETED, st[S_COMPLETED])
+    status = _status(ctl, block)
+    store_volatile(status + BS_COMPLETED, st[S_COMPLETED])
+    store_volatile(status + BS_PROGRESS, st[S_PROGRESS])
     old = atomic_add(pool + P_DONE + coll * 8, 1)
     if (old + 1) % nblocks == 0:
         k = atomic_add(pool + P_CQ_RESERVE, 1)
@@ -188,6 +208,8 @@ def make_daemon(policy):
             _insert(act, akey, sh, coll, order_key(params, prio, f, coll))
         if f != st[S_FRONTIER]:
             st[S_FRONTIER] = f
+            st[S_IDLE_SINCE] = now_ns()   # new work is activity: a block with no share of
+            #                               it must stay to complete it, not quit
             store_volatile(pool + P_SQ_FRONTIER + block * 8, f)
             store_volatile(_status(ctl, block) + BS_FRONTIER, f)
 
@@ -237,9 +259,12 @@ def make_daemon(policy):
         while True:
             if st[S_CUR] < 0:
                 if st[S_POS] == 0:      # a new pass over the task list
-                    if load_volatile(ctl + CTL_ABORT) != 0:
-                        sh[SH_CMD] = CMD_EXIT
-                        return
+                    t = now_ns()
+                    if t - st[S_ABORT_SEEN] >= ABORT_CHECK_NS:
+                        st[S_ABORT_SEEN] = t
+                        if load_volatile(ctl + CTL_ABORT) != 0:
+                            sh[SH_CMD] = CMD_EXIT
+                            return
                     absorb(st, act, akey, sh, params, ctl, pool, block, nblocks, nranks,
                            slot_bytes)
                     if sh[SH_NACT] == 0:
@@ -258,7 +283,6 @@ def make_daemon(policy):
                 if st[S_TRIES_LEFT] <= 0:
                     st[S_TRIES_LEFT] = max(1, tries_per_pass(params, is_head))
                 load_task(st, pool, params, act[st[S_POS]], block, nranks, slot_bytes, is_head)
-                store_volatile(status + BS_COLL, st[S_CUR] + 1)
 
             coll = st[S_CUR]
             if st[S_LOOP] >= st[S_NLOOPS]:      # done: retire it
@@ -275,17 +299,23 @@ def make_daemon(policy):
             mine = _conn(pool, coll, block, nblocks, conn_stride)
             need_tail = st[S_RECVD] + 1 if flags & F_RECV else 0
             need_head = st[S_SENT] + 1 - nslots if flags & F_SEND else 0
-            store_volatile(status + BS_STEP, st[S_LOOP] * 1024 + st[S_STEP])
-            store_volatile(status + BS_WAITS, (1 if need_tail > 0 else 0)
-                           + (2 if need_head > 0 else 0))
+            waits = (1 if need_tail > 0 else 0) + (2 if need_head > 0 else 0)
+            budget = st[S_THRESH]
             waited = spin_wait(mine + CONN_TAIL, need_tail, mine + CONN_HEAD, need_head,
-                              st[S_THRESH], ctl + CTL_ABORT)
+                               min(budget, QUICK_WAIT_NS), ctl + CTL_ABORT)
+            if waited == SPIN_PREEMPT and budget > QUICK_WAIT_NS:
+                _publish(st, status, waits)   # a long wait: let the watchdog see it
+                waited = spin_wait(mine + CONN_TAIL, need_tail, mine + CONN_HEAD, need_head,
+                                   budget - QUICK_WAIT_NS, ctl + CTL_ABORT)
+                if waited >= 0:
+                    waited += QUICK_WAIT_NS
             if waited == SPIN_ABORT:
                 save_task(st, pool, block, 1)
                 sh[SH_CMD] = CMD_EXIT
                 return
             if waited == SPIN_PREEMPT:
                 _trace(pool, block, EV_PREEMPTED, coll, st[S_LOOP] * 1024 + st[S_STEP])
+                _publish(st, status, waits)
                 save_task(st, pool, block, 1)
                 st[S_PREEMPTIONS] += 1
                 store_volatile(status + BS_PREEMPTIONS, st[S_PREEMPTIONS])
@@ -332,7 +362,8 @@ def make_daemon(policy):
             st[S_STEP] = 0
             st[S_LOOP] += 1
         st[S_PROGRESS] += 1
-        store_volatile(_status(ctl, block) + BS_PROGRESS, st[S_PROGRESS])
+        if st[S_PROGRESS] % PROGRESS_EVERY == 0:
+            store_volatile(_status(ctl, block) + BS_PROGRESS, st[S_PROGRESS])
 
     @cuda.jit(device=True)
     def start(st, act, akey, sh, params, ctl, pool, block):
@@ -385,6 +416,7 @@ def make_daemon(policy):
         if tid == 0:
             _trace(pool, block, EV_QUIT, -1, 0)
             status = _status(ctl, block)
+            store_volatile(status + BS_PROGRESS, st[S_PROGRESS])
             store_volatile(status + BS_EXITS, load_volatile(status + BS_EXITS) + 1)
 
     return daemon

@@ -382,7 +382,9 @@ class _Model:
         while True:
             if cur is None:
                 if pos == 0:                                  # a new pass over the tasks
-                    for task in rk.pending:                   # absorb new submissions
+                    if rk.pending:                            # absorb new submissions;
+                        rk.idle = 0                           # new work is activity
+                    for task in rk.pending:
                         bisect.insort(act, task, key=_task_key)
                     rk.pending.clear()
                     if not act:

@@ -1,0 +1,88 @@
+"""Probe (GPU only): where the time of a small all-reduce goes.
+
+One Python thread drives two ranks (no rank threads, so no GIL hand-offs between ranks) and
+splits each run into: time inside the two ``run()`` calls, time until both CQ stamps are
+visible to a tight host loop, and the daemon's own absorbed-to-completed time from its event
+log (%globaltimer). Also times the host pieces of ``run()`` alone.
+Run: python3 scripts/probe_latency.py [iters]
+"""
+import sys
+import time
+from concurrent.futures import Future
+
+import numpy as np
+
+from pydfccl import layout as L
+from pydfccl.buffers import buffer_info
+from pydfccl.communicator import Communicator
+from pydfccl.world import World, WorldConfig
+
+
+def _time(fn, n=2000):
+    out = np.empty(n)
+    for i in range(n):
+        t0 = time.perf_counter()
+        fn()
+        out[i] = time.perf_counter() - t0
+    return np.median(out) * 1e6
+
+
+def main(iters=3000, nranks=2):
+    world = World(WorldConfig(nranks))
+    comms = [Communicator(world, r, exchange=lambda obj: [obj] * nranks) for r in range(nranks)]
+    for c in comms:
+        c.prepare(0, "all_reduce", count=2, dtype="float32")
+        c.start()
+    xs = [c.empty(2, "float32") for c in comms]
+    for r, x in enumerate(xs):
+        x.copy_to_device(np.full(2, r + 1, np.float32))
+    ys = [c.empty(2, "float32") for c in comms]
+    stamps = [world.ctl["cq"]["stamp"][r] for r in range(nranks)]
+    run_us, seen_us, done_us = (np.empty(iters) for _ in range(3))
+    for i in range(iters + 200):
+        t0 = time.perf_counter()
+        futs = [c.run(0, x, y) for c, x, y in zip(comms, xs, ys)]
+        t1 = time.perf_counter()
+        k = i    # each iteration completes one CQ entry per rank
+        while any(s[k % L.CQ_CAP] < k + 1 for s in stamps):
+            pass
+        t2 = time.perf_counter()
+        for f in futs:
+            f.result(timeout=30)
+        t3 = time.perf_counter()
+        if i >= 200:
+            j = i - 200
+            run_us[j], seen_us[j], done_us[j] = t1 - t0, t2 - t0, t3 - t0
+    got = ys[0].copy_to_host()
+    assert np.all(got == nranks * (nranks + 1) / 2), got
+    ev = comms[0].trace()
+    absorbed = {}
+    gpu = []
+    for e in ev:
+        if e["block"] != 0:
+            continue
+        if e["event"] == "absorbed":
+            absorbed[e["coll"]] = e["t_ns"]
+        elif e["event"] == "completed" and e["coll"] in absorbed:
+            gpu.append(e["t_ns"] - absorbed.pop(e["coll"]))
+    launches = [c.stats()["launches"] for c in comms]
+    for c in comms:
+        c.close()
+    print(f"single controller, {nranks} ranks, {iters} runs of an 8-byte all-reduce")
+    print(f"{'what':<44} {'median us':>10} {'p90 us':>8}")
+    for name, v in [("both run() calls", run_us * 1e6), ("submit -> both CQ stamps seen", seen_us * 1e6),
+                    ("submit -> both futures done", done_us * 1e6),
+                    ("daemon rank 0 absorbed -> completed", np.array(gpu[-iters:]) / 1e3)]:
+        print(f"{name:<44} {np.median(v):>10.1f} {np.percentile(v, 90):>8.1f}")
+    print(f"daemon launches per rank: {launches}")
+    x = xs[0]
+    print(f"{'host pieces':<44} {'median us':>10}")
+    for name, fn in [("x.__cuda_array_interface__", lambda: x.__cuda_array_interface__),
+                     ("buffer_info(x)", lambda: buffer_info(x)),
+                     ("Future()", Future),
+                     ("ctl numpy field write", lambda: stamps[0].__setitem__(255, 0))]:
+        print(f"{name:<44} {_time(fn):>10.2f}")
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 3000)

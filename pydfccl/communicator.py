@@ -1,11 +1,12 @@
 """The user-facing communicator: prepare, start, run -> Future, stats, close.
 
-Per rank it keeps two host threads: a *launcher* that (re)launches the daemon kernel
-whenever work is outstanding (the daemon quits by itself when idle or stuck), and a
-*poller* that turns CQ entries into completed futures and, inside it, the *watchdog* that
-turns a stall into a report and a clean abort. A thread blocked in ``Future.result()``
-drains the CQ too (it is the fastest way to learn of a completion), so done-callbacks run
-on whichever of the two completed the future.
+Per rank it keeps one host thread, a *launcher* that (re)launches the daemon kernel
+whenever work is outstanding (the daemon quits by itself when idle or stuck). The process's
+*poller* (:mod:`pydfccl.progress`, one thread for every communicator of the process) turns
+CQ entries into completed futures and runs each communicator's *watchdog*, which turns a
+stall into a report and a clean abort. A thread blocked in ``Future.result()`` drains its
+CQ too (it is the fastest way to learn of a completion), so done-callbacks run on whichever
+of the two completed the future.
 
 At most one run of a collective is in flight; further runs of it wait on the host, so the
 k-th run on every rank meets the k-th run on every other rank.
@@ -26,6 +27,7 @@ from . import platform
 from .buffers import BufferChecker
 from .codes import dtype_code, kind_code, normalize_dtype, op_code
 from .hostspin import SPINS_PER_CALL, wait_for_stamp
+from .progress import poller
 from .errors import AbortedError, DeadlockError, PydfcclError
 from .log import logger
 from .reference import buffer_elems
@@ -82,11 +84,6 @@ class CollectiveFuture(Future):
         self._comm._help_until_done(self, timeout)
         return super().exception(timeout)
 
-
-# A polling thread sleeps this long between looks: long enough to let other Python threads
-# take the GIL (a spinning thread that only releases it briefly starves them for up to the
-# 5 ms switch interval), short enough once timer slack is 1 ns (see precise_sleeps).
-SPIN_SLEEP = 2e-6
 
 _daemons = {}
 _daemons_lock = threading.Lock()
@@ -226,12 +223,11 @@ class Communicator:
             np.int64(self.world.ctl_addr[self.rank]), np.int64(self.world.pool_addr[self.rank]),
             np.int64(self.world.peers.addr), np.int64(self.rank), np.int64(self.nranks),
             np.int64(cfg.nslots), np.int64(cfg.slot_bytes), np.int64(cfg.conn_stride))
-        loops = [(self._poll_loop, "poller")]
+        self._trace_drained_at = time.monotonic()
+        poller.add(self)
         if self.persistent:
-            loops.append((self._launch_loop, "launcher"))
-        for target, name in loops:
-            thread = threading.Thread(target=target, name=f"pydfccl-r{self.rank}-{name}",
-                                      daemon=True)
+            thread = threading.Thread(target=self._launch_loop,
+                                      name=f"pydfccl-r{self.rank}-launcher", daemon=True)
             thread.start()
             self._threads.append(thread)
 
@@ -270,6 +266,7 @@ class Communicator:
             else:
                 self._submit(index, future, send_addr, recv_addr, prio, (send, recv))
             self._wake.notify_all()
+        poller.wake()
         if not self.persistent:
             self._launch_once()
         return future
@@ -369,6 +366,7 @@ class Communicator:
         with self._lock:
             self._wake.notify_all()
         if started:
+            poller.remove(self)
             for thread in self._threads:
                 thread.join(timeout=30)
         self._fail_all(AbortedError(f"rank {self.rank}: communicator closed"))
@@ -425,42 +423,42 @@ class Communicator:
         except Exception as exc:  # a launch failure must fail the futures, not vanish
             self._set_error(PydfcclError(f"rank {self.rank}: daemon launch failed: {exc!r}"))
 
-    def _poll_loop(self) -> None:
-        try:
-            self._poll()
-        except Exception as exc:  # a broken poller must fail the futures, not strand them
-            self._set_error(PydfcclError(f"rank {self.rank}: completion poller failed: {exc!r}"))
-
     def _abort_error(self) -> Exception:
         report = self.world.get_report() or f"rank {self.rank}: aborted"
         return DeadlockError(report) if report.startswith("deadlock") else AbortedError(report)
 
-    def _poll(self) -> None:
-        platform.precise_sleeps()
-        idle_spins = 0
-        while self._state == "started":
+    # -- what the process's poller calls (pydfccl.progress) -----------------------------------
+
+    TRACE_DRAIN_SECONDS = 0.05   # well before a busy block's event ring (1024 records) wraps
+
+    def _needs_polling(self) -> bool:
+        return self._state == "started" and self._error is None and (
+            self._outstanding() > 0 or bool(self._row["host_blocked"][0]))
+
+    def _next_stamp(self) -> tuple[int, int]:
+        """(address, value) of the CQ stamp that announces this rank's next completion."""
+        head = self._cq_head
+        return self._cq_stamp_addr + (head % L.CQ_CAP) * self._cq_stamp_stride, head + 1
+
+    def _poll_once(self) -> bool:
+        """Complete what the CQ holds, else look for an abort or a stall; True if any
+        future completed. A failure here fails this rank's futures, not the poller."""
+        try:
             if self._drain_cq():
-                idle_spins = 0
-                continue
+                return True
             if self._row["abort"][0]:
                 if self._state == "started":    # a peer's watchdog, or a failed rank
                     self._set_error(self._abort_error())
-                break
-            if self._outstanding() or self._row["host_blocked"][0]:
-                report = self._watchdog.check()
-                if report:
-                    self._set_error(DeadlockError(report))
-                    break
-                idle_spins += 1
-                if idle_spins % 4096 == 0:
-                    self._tracer.drain()    # before the blocks' rings wrap
-                # Poll fast while nobody else waits; leave the GIL to a thread in result().
-                time.sleep(SPIN_SLEEP if idle_spins < 2000 and not self._helpers else 1e-4)
-            else:
-                idle_spins = 0
-                with self._lock:
-                    if self._outstanding() == 0 and self._state == "started":
-                        self._wake.wait(0.02)
+                return False
+            report = self._watchdog.check()
+            if report:
+                self._set_error(DeadlockError(report))
+            elif time.monotonic() - self._trace_drained_at > self.TRACE_DRAIN_SECONDS:
+                self._trace_drained_at = time.monotonic()
+                self._tracer.drain()
+        except Exception as exc:
+            self._set_error(PydfcclError(f"rank {self.rank}: completion poller failed: {exc!r}"))
+        return False
 
     def _help_until_done(self, future, timeout) -> None:
         """Drain the CQ from the calling thread until ``future`` is done (or a short while)."""
@@ -472,9 +470,7 @@ class Communicator:
         try:
             while not future.done() and time.perf_counter() < end:
                 if not self._drain_cq():   # watch the next CQ stamp with the GIL released
-                    head = self._cq_head
-                    addr = self._cq_stamp_addr + (head % L.CQ_CAP) * self._cq_stamp_stride
-                    wait_for_stamp(addr, head + 1, SPINS_PER_CALL)
+                    wait_for_stamp(*self._next_stamp(), SPINS_PER_CALL)
         finally:
             self._helpers -= 1
 

@@ -14,7 +14,7 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
-__all__ = ["wait_for_stamp", "SPINS_PER_CALL"]
+__all__ = ["wait_for_stamp", "wait_for_any_stamp", "SPINS_PER_CALL"]
 
 # One look is a few nanoseconds; a call returns after about this many looks (tens of
 # microseconds) so that the caller can check timeouts and errors in Python.
@@ -40,3 +40,14 @@ def wait_for_stamp(addr, want, spins):
         if _load_acquire_i64(addr) >= want:
             return True
     return False
+
+
+@njit(nogil=True, cache=True)
+def wait_for_any_stamp(addrs, wants, spins):
+    """Watch several int64s at once; return the index of the first that reached its
+    ``wants`` entry, or -1 after ``spins`` rounds."""
+    for _ in range(spins):
+        for i in range(addrs.size):
+            if _load_acquire_i64(addrs[i]) >= wants[i]:
+                return i
+    return -1

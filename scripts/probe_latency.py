@@ -55,7 +55,8 @@ def main(iters=3000, nranks=2):
             run_us[j], seen_us[j], done_us[j] = t1 - t0, t2 - t0, t3 - t0
     got = ys[0].copy_to_host()
     assert np.all(got == nranks * (nranks + 1) / 2), got
-    ev = comms[0].trace()
+    events = [c.trace() for c in comms]
+    ev = events[0]
     absorbed = {}
     gpu = []
     for e in ev:
@@ -65,6 +66,13 @@ def main(iters=3000, nranks=2):
             absorbed[e["coll"]] = e["t_ns"]
         elif e["event"] == "completed" and e["coll"] in absorbed:
             gpu.append(e["t_ns"] - absorbed.pop(e["coll"]))
+    last = [e for evs in events for e in evs if e["event"] != "quit"]
+    t_end = max(e["t_ns"] for e in last)
+    window = sorted((e for e in last if e["t_ns"] > t_end - 150_000), key=lambda e: e["t_ns"])
+    print("the last runs, as the daemons logged them (us before the last event):")
+    for e in window[-24:]:
+        print(f"  {(e['t_ns'] - t_end) / 1e3:8.1f}  rank {e['rank']} block {e['block']} "
+              f"{e['event']:<10} coll {e['coll']} step {e['step']}")
     launches = [c.stats()["launches"] for c in comms]
     for c in comms:
         c.close()

@@ -1,0 +1,85 @@
+"""The host poller: one thread per process that completes every communicator's futures.
+
+Ranks that are threads of one process share one GIL, so a poller per rank means several
+threads taking the GIL every few microseconds, and a rank thread that has just learned of
+its completion waits behind them. One poller serves every communicator of the process
+instead. While collectives are outstanding it watches all their next CQ stamps at once with
+the GIL released (``hostspin``), then completes futures and runs done-callbacks, runs each
+communicator's watchdog, and drains its event log before the ring wraps. It leaves the GIL
+alone while a rank thread is itself waiting in ``Future.result()`` (that thread drains its
+own CQ), and sleeps on a condition when nothing is outstanding.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+
+from . import platform
+from .hostspin import SPINS_PER_CALL, wait_for_any_stamp
+
+__all__ = ["poller"]
+
+SLEEP_WHEN_HELPED = 1e-4     # a rank thread is waiting in result() and drains for itself
+SLEEP_WHEN_QUIET = 2e-6      # simulator: no spinning, short sleeps
+QUIET_LOOKS = 2000           # then 100 us between looks
+SPIN_ROUNDS = 500            # GPU: rounds of watching (about 10 ms) before sleeping instead
+
+
+class Poller:
+    def __init__(self):
+        self._comms: list = []
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self.sleeping = False
+
+    def add(self, comm) -> None:
+        with self._cond:
+            self._comms.append(comm)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, name="pydfccl-poller",
+                                                daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+
+    def remove(self, comm) -> None:
+        with self._cond:
+            if comm in self._comms:
+                self._comms.remove(comm)
+            self._cond.notify_all()
+
+    def wake(self) -> None:
+        """New work was submitted: end the poller's sleep (cheap when it is not asleep)."""
+        if self.sleeping:
+            with self._cond:
+                self._cond.notify_all()
+
+    def _loop(self) -> None:
+        platform.precise_sleeps()
+        quiet = 0
+        while True:
+            with self._cond:
+                busy = [c for c in self._comms if c._needs_polling()]
+                if not busy:
+                    self.sleeping = True
+                    self._cond.wait(0.05)
+                    self.sleeping = False
+                    quiet = 0
+                    continue
+            if any([c._poll_once() for c in busy]):
+                quiet = 0
+                continue
+            quiet += 1
+            if any(c._helpers for c in busy):
+                time.sleep(SLEEP_WHEN_HELPED)
+            elif platform.WAIT_SPIN_SECONDS > 0 and quiet < SPIN_ROUNDS:
+                addrs, wants = zip(*(c._next_stamp() for c in busy))
+                wait_for_any_stamp(np.array(addrs, np.int64), np.array(wants, np.int64),
+                                   SPINS_PER_CALL)
+            else:
+                time.sleep(SLEEP_WHEN_QUIET if quiet < QUIET_LOOKS else 1e-4)
+
+
+poller = Poller()

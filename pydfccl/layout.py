@@ -59,7 +59,8 @@ CTL_ROW = np.dtype([
     ("host_blocked", I8),  # 1 while this rank's host is blocked in a device synchronize
     ("host_submitted", I8),
     ("host_completed", I8),
-    ("pad", I8, 4),
+    ("peers_local", I8),   # 1 when every peer's memory is on this GPU (GPU-scope fences do)
+    ("pad", I8, 3),
     ("params", I8, 8),
     ("blocks", BLOCK_STATUS, MAX_BLOCKS),
     ("sq", SQ_ENTRY, SQ_CAP),
@@ -139,6 +140,7 @@ def word(dtype: np.dtype, *path: str) -> int:
 # Byte offsets the kernel uses (module-level ints, frozen into the compiled daemon).
 CTL_ABORT = word(CTL_ROW, "abort")
 CTL_PARAMS = word(CTL_ROW, "params")
+CTL_PEERS_LOCAL = word(CTL_ROW, "peers_local")
 CTL_BLOCKS = word(CTL_ROW, "blocks")
 CTL_SQ = word(CTL_ROW, "sq")
 CTL_CQ = word(CTL_ROW, "cq")

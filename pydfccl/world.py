@@ -96,6 +96,9 @@ class World:
                 raise RuntimeError("shared-memory pools are for the simulator only")
             self.pools = [DeviceBuffer(size, pool_mem[r * size:(r + 1) * size]) for r in range(n)]
         self.pool_addr = [p.addr for p in self.pools]
+        # Pools this process allocated are all on its one GPU: the daemons need only order
+        # their memory at GPU scope (a shared-memory world is the simulator's).
+        self.ctl["peers_local"] = 1 if pool_mem is None else 0
         self.peers = DeviceBuffer(8 * n)
         self.peers.write(0, np.array(self.pool_addr, dtype=np.int64))
 

@@ -22,9 +22,10 @@ from numba import cuda
 
 from .. import layout as L
 from ..sched.policies import PARAM_SLOTS
-from .memory import (as_array, atomic_add, backoff, fence_sys, load_acquire, load_volatile,
+from .memory import (as_array, atomic_add, backoff, load_acquire, load_volatile,
                      now_ns, store_release, store_volatile)
-from .primitives import F_POSTDIV, F_RECV, F_SEND, SPIN_ABORT, SPIN_PREEMPT, move, spin_wait
+from .primitives import (F_POSTDIV, F_RECV, F_SEND, SPIN_ABORT, SPIN_PREEMPT, fence, move,
+                         spin_wait)
 from .plans import loop_elems, plan_step, steps_per_loop
 from .ring import channel_span
 
@@ -33,6 +34,7 @@ __all__ = ["make_daemon", "compile_now", "DAEMON_SIGNATURE"]
 MAX_COLLS = L.MAX_COLLS
 CTL_ABORT = L.CTL_ABORT
 CTL_PARAMS = L.CTL_PARAMS
+CTL_PEERS_LOCAL = L.CTL_PEERS_LOCAL
 CTL_BLOCKS, BS_SIZE = L.CTL_BLOCKS, L.BS_SIZE
 BS_FRONTIER, BS_COLL, BS_STEP, BS_WAITS = (L.BS[k] for k in ("sq_frontier", "coll", "step", "waits"))
 BS_COMPLETED, BS_PREEMPTIONS, BS_EXITS, BS_PROGRESS = (
@@ -66,8 +68,8 @@ CMD_MOVE, CMD_EXIT = 1, 2
 (S_POS, S_CUR, S_TRIES_LEFT, S_THRESH, S_KIND, S_IDLE_SINCE, S_FRONTIER, S_STEP, S_LOOP,
  S_SENT, S_RECVD, S_SEND, S_RECV, S_BEGIN, S_END, S_NLOOPS, S_SLOT_ELEMS, S_DTYPE, S_OP,
  S_ITEMSIZE, S_TRIES, S_COMPLETED, S_PREEMPTIONS, S_PROGRESS, S_FLAGS, S_ROOT, S_COUNT,
- S_ABORT_SEEN) = range(28)
-S_WORDS = 28
+ S_ABORT_SEEN, S_LOCAL) = range(29)
+S_WORDS = 29
 
 # Host memory is a PCIe round trip away (about a microsecond), so the hot path avoids it: the
 # abort word is read at most every ABORT_CHECK_NS, and a block's status row (what the
@@ -302,11 +304,11 @@ def make_daemon(policy):
             waits = (1 if need_tail > 0 else 0) + (2 if need_head > 0 else 0)
             budget = st[S_THRESH]
             waited = spin_wait(mine + CONN_TAIL, need_tail, mine + CONN_HEAD, need_head,
-                               min(budget, QUICK_WAIT_NS), ctl + CTL_ABORT)
+                               min(budget, QUICK_WAIT_NS), ctl + CTL_ABORT, st[S_LOCAL])
             if waited == SPIN_PREEMPT and budget > QUICK_WAIT_NS:
                 _publish(st, status, waits)   # a long wait: let the watchdog see it
                 waited = spin_wait(mine + CONN_TAIL, need_tail, mine + CONN_HEAD, need_head,
-                                   budget - QUICK_WAIT_NS, ctl + CTL_ABORT)
+                                   budget - QUICK_WAIT_NS, ctl + CTL_ABORT, st[S_LOCAL])
                 if waited >= 0:
                     waited += QUICK_WAIT_NS
             if waited == SPIN_ABORT:
@@ -348,15 +350,15 @@ def make_daemon(policy):
         """Thread 0, after the block moved a step: publish it to the neighbours."""
         coll = st[S_CUR]
         flags = st[S_FLAGS]
-        fence_sys()
+        fence(st[S_LOCAL])    # the block's data (ordered by the barrier), then the flags
         if flags & F_SEND:
             st[S_SENT] += 1
             nxt = _conn(peers[(rank + 1) % nranks], coll, block, nblocks, conn_stride)
-            store_release(nxt + CONN_TAIL, st[S_SENT])
+            store_volatile(nxt + CONN_TAIL, st[S_SENT])
         if flags & F_RECV:
             st[S_RECVD] += 1
             prev = _conn(peers[(rank - 1 + nranks) % nranks], coll, block, nblocks, conn_stride)
-            store_release(prev + CONN_HEAD, st[S_RECVD])
+            store_volatile(prev + CONN_HEAD, st[S_RECVD])
         st[S_STEP] += 1
         if st[S_STEP] == steps_per_loop(st[S_KIND], nranks):
             st[S_STEP] = 0
@@ -372,6 +374,7 @@ def make_daemon(policy):
             st[i] = 0
         st[S_CUR] = -1
         st[S_IDLE_SINCE] = now_ns()
+        st[S_LOCAL] = load_volatile(ctl + CTL_PEERS_LOCAL)
         st[S_FRONTIER] = load_volatile(pool + P_SQ_FRONTIER + block * 8)
         status = _status(ctl, block)
         st[S_COMPLETED] = load_volatile(status + BS_COMPLETED)

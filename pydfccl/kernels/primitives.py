@@ -20,13 +20,13 @@ Verbs (flag sets) as in NCCL's ``prims_simple.h``:
 import numpy as np
 from numba import cuda
 
-from .memory import as_array, backoff, load_acquire, load_volatile, now_ns
+from .memory import as_array, backoff, fence_gpu, fence_sys, load_volatile, now_ns
 from ..codes import DTYPES, OPS
 
 __all__ = [
     "F_RECV", "F_USER_IN", "F_SEND", "F_USER_OUT", "F_POSTDIV",
     "SEND", "RECV_REDUCE_SEND", "RECV_REDUCE_COPY_SEND", "RECV_COPY_SEND", "RECV", "COPY",
-    "SPIN_PREEMPT", "SPIN_ABORT", "spin_wait", "move",
+    "SPIN_PREEMPT", "SPIN_ABORT", "fence", "spin_wait", "move",
 ]
 
 F_RECV = 1
@@ -50,9 +50,21 @@ OP_SUM, OP_PROD, OP_MAX, OP_MIN, OP_AVG = (OPS[k] for k in ("sum", "prod", "max"
 
 
 @cuda.jit(device=True)
-def spin_wait(tail_addr, need_tail, head_addr, need_head, budget_ns, abort_addr):
+def fence(local):
+    """The fence between a step's data and its flags: GPU scope when every peer is on this
+    GPU (``local``), system scope otherwise."""
+    if local:
+        fence_gpu()
+    else:
+        fence_sys()
+
+
+@cuda.jit(device=True)
+def spin_wait(tail_addr, need_tail, head_addr, need_head, budget_ns, abort_addr, local):
     """The one wait loop. Waits until ``*tail_addr >= need_tail`` and
-    ``*head_addr >= need_head`` (a need <= 0 is already met).
+    ``*head_addr >= need_head`` (a need <= 0 is already met), polling with volatile loads;
+    once both are met, a fence makes it an acquire (the peer wrote its data, then a fence,
+    then the flag).
 
     Returns the nanoseconds waited (>= 0) when ready, SPIN_PREEMPT when the budget
     ``budget_ns`` ran out, SPIN_ABORT when the host set the abort word.
@@ -62,13 +74,14 @@ def spin_wait(tail_addr, need_tail, head_addr, need_head, budget_ns, abort_addr)
     while True:
         ready = True
         if need_tail > 0:
-            if load_acquire(tail_addr) < need_tail:
+            if load_volatile(tail_addr) < need_tail:
                 ready = False
         if ready and need_head > 0:
-            if load_acquire(head_addr) < need_head:
+            if load_volatile(head_addr) < need_head:
                 ready = False
         waited = now_ns() - start
         if ready:
+            fence(local)
             return waited
         if waited >= budget_ns:
             return SPIN_PREEMPT

@@ -44,7 +44,7 @@ for s in $stages; do
     demo8_sync) stage demo8_sync 100 $PY -m pydfccl demo -n 8 -k 8 -i 20 --sync device --no-progress ;;
     bench)      stage bench 60 $PY -m pydfccl bench -n 2 --iters 10000 ;;
     bench1)     stage bench1 60 $PY -m pydfccl bench -n 1 --iters 3000 ;;
-    bench8)     stage bench8 50 $PY -m pydfccl bench -n 8 --iters 1000 ;;
+    bench8)     stage bench8 100 $PY -m pydfccl bench -n 8 --iters 1000 ;;
     probe)      stage probe 60 $PY scripts/probe_timer.py ;;
     probe_host) stage probe_host 60 $PY scripts/probe_host.py ;;
     probe_latency) stage probe_latency 90 $PY scripts/probe_latency.py ;;

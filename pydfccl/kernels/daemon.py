@@ -45,12 +45,15 @@ CTL_CQ, CQ_SIZE, CQ_CAP = L.CTL_CQ, L.CQ_SIZE, L.CQ_CAP
 CQ_STAMP, CQ_COLL = L.CQ_F["stamp"], L.CQ_F["coll"]
 P_CQ_RESERVE, P_DONE, P_COLLS, P_SQ_FRONTIER, P_TASKS = (
     L.P_CQ_RESERVE, L.P_DONE, L.P_COLLS, L.P_SQ_FRONTIER, L.P_TASKS)
-COLL_SIZE, TASK_SIZE = L.COLL_SIZE, L.TASK_SIZE
+# The collective table and a block's task contexts are read and written with plain
+# (cacheable, pipelined) loads and stores: the table is constant while the daemon runs and
+# a block's contexts belong to that block's thread 0 alone. Offsets in int64 words.
+COLL_WORDS, TASK_WORDS = L.COLL_SIZE // 8, L.TASK_SIZE // 8
 C_KIND, C_DTYPE, C_OP, C_COUNT, C_ROOT, C_NCH, C_ITEMSIZE = (
-    L.COLL_F[k] for k in ("kind", "dtype", "op", "count", "root", "nchannels", "itemsize"))
+    L.COLL_F[k] // 8 for k in ("kind", "dtype", "op", "count", "root", "nchannels", "itemsize"))
 T_ACTIVE, T_SEQ, T_SEND, T_RECV, T_STEP, T_LOOP, T_TRIES, T_SENT, T_RECVD, T_PRIO = (
-    L.TASK_F[k] for k in ("active", "seq", "send", "recv", "step", "loop", "tries", "sent",
-                          "recvd", "priority"))
+    L.TASK_F[k] // 8 for k in ("active", "seq", "send", "recv", "step", "loop", "tries", "sent",
+                               "recvd", "priority"))
 P_TRACE_HEAD, P_TRACE, TRACE_SIZE, TRACE_CAP = L.P_TRACE_HEAD, L.P_TRACE, L.TRACE_SIZE, L.TRACE_CAP
 EV_ABSORBED, EV_LOADED, EV_PREEMPTED, EV_COMPLETED, EV_LAUNCHED, EV_QUIT = (
     {name: code for code, name in L.TRACE_KINDS.items()}[k]
@@ -68,8 +71,8 @@ CMD_MOVE, CMD_EXIT = 1, 2
 (S_POS, S_CUR, S_TRIES_LEFT, S_THRESH, S_KIND, S_IDLE_SINCE, S_FRONTIER, S_STEP, S_LOOP,
  S_SENT, S_RECVD, S_SEND, S_RECV, S_BEGIN, S_END, S_NLOOPS, S_SLOT_ELEMS, S_DTYPE, S_OP,
  S_ITEMSIZE, S_TRIES, S_COMPLETED, S_PREEMPTIONS, S_PROGRESS, S_FLAGS, S_ROOT, S_COUNT,
- S_ABORT_SEEN, S_LOCAL) = range(29)
-S_WORDS = 29
+ S_ABORT_SEEN, S_LOCAL, S_TRACE_HEAD) = range(30)
+S_WORDS = 30
 
 # Host memory is a PCIe round trip away (about a microsecond), so the hot path avoids it: the
 # abort word is read at most every ABORT_CHECK_NS, and a block's status row (what the
@@ -82,11 +85,6 @@ PROGRESS_EVERY = 64
 OP_AVG = 4
 
 DAEMON_SIGNATURE = "void(int64, int64, int64, int64, int64, int64, int64, int64)"
-
-
-@cuda.jit(device=True)
-def _task(pool, block, coll):
-    return pool + P_TASKS + (block * MAX_COLLS + coll) * TASK_SIZE
 
 
 @cuda.jit(device=True)
@@ -122,30 +120,30 @@ def _insert(act, akey, sh, coll, key):
 
 
 @cuda.jit(device=True)
-def _span(pool, coll, block, nranks, slot_bytes):
+def _span(colls, coll, block, nranks, slot_bytes):
     """(begin, end, nloops, slot_elems) of this block's share of a collective."""
-    entry = pool + P_COLLS + coll * COLL_SIZE
-    count = load_volatile(entry + C_COUNT)
-    nch = load_volatile(entry + C_NCH)
-    slot_elems = slot_bytes // load_volatile(entry + C_ITEMSIZE)
+    entry = coll * COLL_WORDS
+    count = colls[entry + C_COUNT]
+    nch = colls[entry + C_NCH]
+    slot_elems = slot_bytes // colls[entry + C_ITEMSIZE]
     if block >= nch:
         return 0, 0, 0, slot_elems
     begin, end = channel_span(count, nch, block)
-    loop_size = loop_elems(load_volatile(entry + C_KIND), nranks, slot_elems)
+    loop_size = loop_elems(colls[entry + C_KIND], nranks, slot_elems)
     return begin, end, (end - begin + loop_size - 1) // loop_size, slot_elems
 
 
 @cuda.jit(device=True)
-def _trace(pool, block, event, coll, detail):
+def _trace(st, pool, block, event, coll, detail):
     """Append one record to this block's event log (thread 0; the host drains it)."""
-    head = pool + P_TRACE_HEAD + block * 8
-    i = load_volatile(head)
+    i = st[S_TRACE_HEAD]
     record = pool + P_TRACE + (block * TRACE_CAP + i % TRACE_CAP) * TRACE_SIZE
     store_volatile(record, now_ns())
     store_volatile(record + 8, event)
     store_volatile(record + 16, coll)
     store_volatile(record + 24, detail)
-    store_volatile(head, i + 1)
+    st[S_TRACE_HEAD] = i + 1
+    store_volatile(pool + P_TRACE_HEAD + block * 8, i + 1)
 
 
 @cuda.jit(device=True)
@@ -160,7 +158,7 @@ def _publish(st, status, waits):
 @cuda.jit(device=True)
 def _finish(st, ctl, pool, coll, block, nblocks):
     """This block is done with ``coll``; the last block of all writes the CQ."""
-    _trace(pool, block, EV_COMPLETED, coll, 0)
+    _trace(st, pool, block, EV_COMPLETED, coll, 0)
     st[S_COMPLETED] += 1
     status = _status(ctl, block)
     store_volatile(status + BS_COMPLETED, st[S_COMPLETED])
@@ -182,7 +180,8 @@ def make_daemon(policy):
     should_quit = cuda.jit(device=True)(policy.should_quit)
 
     @cuda.jit(device=True)
-    def absorb(st, act, akey, sh, params, ctl, pool, block, nblocks, nranks, slot_bytes):
+    def absorb(st, act, akey, sh, params, ctl, pool, colls, tasks, block, nblocks, nranks,
+               slot_bytes):
         """Take new SQ entries: activate their tasks (or finish at once if this block has
         no share of the data)."""
         f = st[S_FRONTIER]
@@ -192,21 +191,23 @@ def make_daemon(policy):
                 break
             coll = load_volatile(entry + SQ_COLL)
             prio = load_volatile(entry + SQ_PRIO)
+            send = load_volatile(entry + SQ_SEND)
+            recv = load_volatile(entry + SQ_RECV)
             f += 1
-            _trace(pool, block, EV_ABSORBED, coll, f)
-            task = _task(pool, block, coll)
-            begin, end, nloops, slot_elems = _span(pool, coll, block, nranks, slot_bytes)
+            _trace(st, pool, block, EV_ABSORBED, coll, f)
+            begin, end, nloops, slot_elems = _span(colls, coll, block, nranks, slot_bytes)
             if nloops == 0:
                 _finish(st, ctl, pool, coll, block, nblocks)
                 continue
-            store_volatile(task + T_SEQ, f)
-            store_volatile(task + T_SEND, load_volatile(entry + SQ_SEND))
-            store_volatile(task + T_RECV, load_volatile(entry + SQ_RECV))
-            store_volatile(task + T_STEP, 0)
-            store_volatile(task + T_LOOP, 0)
-            store_volatile(task + T_TRIES, 0)
-            store_volatile(task + T_PRIO, prio)
-            store_volatile(task + T_ACTIVE, 1)
+            task = coll * TASK_WORDS
+            tasks[task + T_SEQ] = f
+            tasks[task + T_SEND] = send
+            tasks[task + T_RECV] = recv
+            tasks[task + T_STEP] = 0
+            tasks[task + T_LOOP] = 0
+            tasks[task + T_TRIES] = 0
+            tasks[task + T_PRIO] = prio
+            tasks[task + T_ACTIVE] = 1
             _insert(act, akey, sh, coll, order_key(params, prio, f, coll))
         if f != st[S_FRONTIER]:
             st[S_FRONTIER] = f
@@ -216,46 +217,46 @@ def make_daemon(policy):
             store_volatile(_status(ctl, block) + BS_FRONTIER, f)
 
     @cuda.jit(device=True)
-    def load_task(st, pool, params, coll, block, nranks, slot_bytes, is_head):
-        task = _task(pool, block, coll)
-        entry = pool + P_COLLS + coll * COLL_SIZE
+    def load_task(st, pool, colls, tasks, params, coll, block, nranks, slot_bytes, is_head):
+        task = coll * TASK_WORDS
+        entry = coll * COLL_WORDS
         st[S_CUR] = coll
-        st[S_STEP] = load_volatile(task + T_STEP)
-        st[S_LOOP] = load_volatile(task + T_LOOP)
-        st[S_SENT] = load_volatile(task + T_SENT)
-        st[S_RECVD] = load_volatile(task + T_RECVD)
-        st[S_SEND] = load_volatile(task + T_SEND)
-        st[S_RECV] = load_volatile(task + T_RECV)
-        st[S_TRIES] = load_volatile(task + T_TRIES) + 1
-        st[S_KIND] = load_volatile(entry + C_KIND)
-        st[S_ROOT] = load_volatile(entry + C_ROOT)
-        st[S_COUNT] = load_volatile(entry + C_COUNT)
-        st[S_DTYPE] = load_volatile(entry + C_DTYPE)
-        st[S_OP] = load_volatile(entry + C_OP)
-        st[S_ITEMSIZE] = load_volatile(entry + C_ITEMSIZE)
-        begin, end, nloops, slot_elems = _span(pool, coll, block, nranks, slot_bytes)
+        st[S_STEP] = tasks[task + T_STEP]
+        st[S_LOOP] = tasks[task + T_LOOP]
+        st[S_SENT] = tasks[task + T_SENT]
+        st[S_RECVD] = tasks[task + T_RECVD]
+        st[S_SEND] = tasks[task + T_SEND]
+        st[S_RECV] = tasks[task + T_RECV]
+        st[S_TRIES] = tasks[task + T_TRIES] + 1
+        st[S_KIND] = colls[entry + C_KIND]
+        st[S_ROOT] = colls[entry + C_ROOT]
+        st[S_COUNT] = colls[entry + C_COUNT]
+        st[S_DTYPE] = colls[entry + C_DTYPE]
+        st[S_OP] = colls[entry + C_OP]
+        st[S_ITEMSIZE] = colls[entry + C_ITEMSIZE]
+        begin, end, nloops, slot_elems = _span(colls, coll, block, nranks, slot_bytes)
         st[S_BEGIN] = begin
         st[S_END] = end
         st[S_NLOOPS] = nloops
         st[S_SLOT_ELEMS] = slot_elems
         st[S_THRESH] = threshold_on_load(params, is_head, st[S_TRIES])
-        _trace(pool, block, EV_LOADED, coll, st[S_LOOP] * 1024 + st[S_STEP])
+        _trace(st, pool, block, EV_LOADED, coll, st[S_LOOP] * 1024 + st[S_STEP])
 
     @cuda.jit(device=True)
-    def save_task(st, pool, block, active):
+    def save_task(st, tasks, active):
         """The lazy context save: only when a task is switched out or finished."""
-        task = _task(pool, block, st[S_CUR])
-        store_volatile(task + T_STEP, st[S_STEP])
-        store_volatile(task + T_LOOP, st[S_LOOP])
-        store_volatile(task + T_SENT, st[S_SENT])
-        store_volatile(task + T_RECVD, st[S_RECVD])
-        store_volatile(task + T_TRIES, st[S_TRIES])
-        store_volatile(task + T_ACTIVE, active)
+        task = st[S_CUR] * TASK_WORDS
+        tasks[task + T_STEP] = st[S_STEP]
+        tasks[task + T_LOOP] = st[S_LOOP]
+        tasks[task + T_SENT] = st[S_SENT]
+        tasks[task + T_RECVD] = st[S_RECVD]
+        tasks[task + T_TRIES] = st[S_TRIES]
+        tasks[task + T_ACTIVE] = active
         st[S_CUR] = -1
 
     @cuda.jit(device=True)
-    def schedule(st, act, akey, sh, params, ctl, pool, peers, rank, nranks, nslots,
-                 slot_bytes, conn_stride, block, nblocks):
+    def schedule(st, act, akey, sh, params, ctl, pool, colls, tasks, peers, rank, nranks,
+                 nslots, slot_bytes, conn_stride, block, nblocks):
         """Thread 0: decide the block's next command (a step to move, or exit)."""
         status = _status(ctl, block)
         while True:
@@ -267,8 +268,8 @@ def make_daemon(policy):
                         if load_volatile(ctl + CTL_ABORT) != 0:
                             sh[SH_CMD] = CMD_EXIT
                             return
-                    absorb(st, act, akey, sh, params, ctl, pool, block, nblocks, nranks,
-                           slot_bytes)
+                    absorb(st, act, akey, sh, params, ctl, pool, colls, tasks, block, nblocks,
+                           nranks, slot_bytes)
                     if sh[SH_NACT] == 0:
                         if should_quit(params, now_ns() - st[S_IDLE_SINCE]) != 0:
                             sh[SH_CMD] = CMD_EXIT
@@ -284,11 +285,12 @@ def make_daemon(policy):
                 is_head = 1 if st[S_POS] == 0 else 0
                 if st[S_TRIES_LEFT] <= 0:
                     st[S_TRIES_LEFT] = max(1, tries_per_pass(params, is_head))
-                load_task(st, pool, params, act[st[S_POS]], block, nranks, slot_bytes, is_head)
+                load_task(st, pool, colls, tasks, params, act[st[S_POS]], block, nranks,
+                          slot_bytes, is_head)
 
             coll = st[S_CUR]
             if st[S_LOOP] >= st[S_NLOOPS]:      # done: retire it
-                save_task(st, pool, block, 0)
+                save_task(st, tasks, 0)
                 _remove(act, akey, sh, st[S_POS])
                 st[S_TRIES_LEFT] = 0
                 store_volatile(status + BS_COLL, 0)
@@ -312,13 +314,13 @@ def make_daemon(policy):
                 if waited >= 0:
                     waited += QUICK_WAIT_NS
             if waited == SPIN_ABORT:
-                save_task(st, pool, block, 1)
+                save_task(st, tasks, 1)
                 sh[SH_CMD] = CMD_EXIT
                 return
             if waited == SPIN_PREEMPT:
-                _trace(pool, block, EV_PREEMPTED, coll, st[S_LOOP] * 1024 + st[S_STEP])
+                _trace(st, pool, block, EV_PREEMPTED, coll, st[S_LOOP] * 1024 + st[S_STEP])
                 _publish(st, status, waits)
-                save_task(st, pool, block, 1)
+                save_task(st, tasks, 1)
                 st[S_PREEMPTIONS] += 1
                 store_volatile(status + BS_PREEMPTIONS, st[S_PREEMPTIONS])
                 st[S_TRIES_LEFT] -= 1
@@ -368,7 +370,7 @@ def make_daemon(policy):
             store_volatile(_status(ctl, block) + BS_PROGRESS, st[S_PROGRESS])
 
     @cuda.jit(device=True)
-    def start(st, act, akey, sh, params, ctl, pool, block):
+    def start(st, act, akey, sh, params, ctl, pool, tasks, block):
         """Thread 0 at launch: rebuild the sorted task list from the saved contexts."""
         for i in range(S_WORDS):
             st[i] = 0
@@ -380,13 +382,14 @@ def make_daemon(policy):
         st[S_COMPLETED] = load_volatile(status + BS_COMPLETED)
         st[S_PREEMPTIONS] = load_volatile(status + BS_PREEMPTIONS)
         st[S_PROGRESS] = load_volatile(status + BS_PROGRESS)
-        _trace(pool, block, EV_LAUNCHED, -1, 0)
+        st[S_TRACE_HEAD] = load_volatile(pool + P_TRACE_HEAD + block * 8)
+        _trace(st, pool, block, EV_LAUNCHED, -1, 0)
         sh[SH_NACT] = 0
         for coll in range(MAX_COLLS):
-            task = _task(pool, block, coll)
-            if load_volatile(task + T_ACTIVE) != 0:
-                _insert(act, akey, sh, coll, order_key(params, load_volatile(task + T_PRIO),
-                                                       load_volatile(task + T_SEQ), coll))
+            task = coll * TASK_WORDS
+            if tasks[task + T_ACTIVE] != 0:
+                _insert(act, akey, sh, coll, order_key(params, tasks[task + T_PRIO],
+                                                       tasks[task + T_SEQ], coll))
 
     @cuda.jit(cache=True)
     def daemon(ctl, pool, peers_addr, rank, nranks, nslots, slot_bytes, conn_stride):
@@ -399,13 +402,16 @@ def make_daemon(policy):
         st = cuda.local.array(S_WORDS, np.int64)
         params = as_array(ctl + CTL_PARAMS, PARAM_SLOTS, np.int64)
         peers = as_array(peers_addr, nranks, np.int64)
+        colls = as_array(pool + P_COLLS, MAX_COLLS * COLL_WORDS, np.int64)
+        tasks = as_array(pool + P_TASKS + block * MAX_COLLS * TASK_WORDS * 8,
+                         MAX_COLLS * TASK_WORDS, np.int64)
         if tid == 0:
-            start(st, act, akey, sh, params, ctl, pool, block)
+            start(st, act, akey, sh, params, ctl, pool, tasks, block)
         cuda.syncthreads()
         while True:
             if tid == 0:
-                schedule(st, act, akey, sh, params, ctl, pool, peers, rank, nranks, nslots,
-                         slot_bytes, conn_stride, block, nblocks)
+                schedule(st, act, akey, sh, params, ctl, pool, colls, tasks, peers, rank, nranks,
+                         nslots, slot_bytes, conn_stride, block, nblocks)
             cuda.syncthreads()
             cmd = sh[SH_CMD]
             if cmd == CMD_EXIT:
@@ -417,7 +423,7 @@ def make_daemon(policy):
                 post_step(st, ctl, pool, peers, rank, nranks, nslots, conn_stride, block,
                           nblocks)
         if tid == 0:
-            _trace(pool, block, EV_QUIT, -1, 0)
+            _trace(st, pool, block, EV_QUIT, -1, 0)
             status = _status(ctl, block)
             store_volatile(status + BS_PROGRESS, st[S_PROGRESS])
             store_volatile(status + BS_EXITS, load_volatile(status + BS_EXITS) + 1)

@@ -12,6 +12,7 @@ SUBCOMMANDS = {
     "demo": ("pydfccl.demo", "the chaos test: disordered collectives, every result verified"),
     "bench": ("pydfccl.bench", "latency benchmark against a kernel launch per collective"),
     "risk": ("pydfccl.sched.risk", "the paper's deadlock-risk study (no GPU needed)"),
+    "soak": ("pydfccl.soak", "many random schedules end to end, every output verified"),
 }
 
 

@@ -15,6 +15,7 @@ k-th run on every rank meets the k-th run on every other rank.
 from __future__ import annotations
 
 import collections
+import sys
 import threading
 import time
 from concurrent.futures import Future
@@ -85,6 +86,55 @@ class CollectiveFuture(Future):
         return super().exception(timeout)
 
 
+# -- buffers the user dropped before completion --------------------------------------------
+
+def _holders(objs: tuple, i: int) -> int:
+    """References to ``objs[i]``, less the ones this call makes itself (its local name and
+    getrefcount's argument). ``_CALL_REFS`` is measured below on an object that only a tuple
+    holds, rather than written as a constant: how many references a call adds differs
+    between Python versions."""
+    obj = objs[i]
+    return sys.getrefcount(obj) - _CALL_REFS
+
+
+_CALL_REFS = 0
+_CALL_REFS = _holders((object(),), 0) - 1
+
+
+def _base_holders(buf) -> int:
+    """References to the array whose memory a view ``buf`` uses (numpy's and CuPy's
+    ``base``), counted as ``_UNHELD_BASE`` is; 0 when ``buf`` owns its memory."""
+    base = getattr(buf, "base", None)
+    return 0 if base is None else _holders((base,), 0)
+
+
+_UNHELD_BASE = _base_holders(np.empty(1)[:])   # a base that only its view holds
+
+
+def _dropped_by_user(buffers: tuple) -> list:
+    """The roles ("send", "recv", or "in-place" when they are one array) of a completed
+    run's buffers that nothing but pydfccl held any more.
+
+    ``buffers`` is the (send, recv) tuple that kept them alive until completion, so it holds
+    each once (twice in place) and, once popped from ``_inflight``, nothing else in pydfccl
+    does; any further reference is the user's (a name, a list, the array a view was cut
+    from). Call it before ``set_result``: the future then holds recv too. A view of a Numba
+    device array is never reported: the parent that owns its memory cannot be found.
+    """
+    in_place = buffers[0] is buffers[1]
+    roles = []
+    for i in range(1 if in_place else 2):
+        if _holders(buffers, i) > (2 if in_place else 1):
+            continue                                    # the usual case: the user holds it
+        if _base_holders(buffers[i]) > _UNHELD_BASE:
+            continue                                    # a view of an array the user holds
+        memory = getattr(buffers[i], "gpu_data", None)
+        if memory is not None and memory.owner is not memory:
+            continue                                    # a Numba view: its owner is unknown
+        roles.append("in-place" if in_place else ("send", "recv")[i])
+    return roles
+
+
 _daemons = {}
 _daemons_lock = threading.Lock()
 
@@ -149,6 +199,7 @@ class Communicator:
         self._pending = collections.defaultdict(collections.deque)
         self._submitted = 0
         self._completed = 0
+        self._dropped_buffers = 0
         self._cq_head = 0
         self._launches = 0
         self._launch_running = False
@@ -351,6 +402,7 @@ class Communicator:
             relaunches=max(0, self._launches - 1),
             quits=int(blocks["exits"].min()) if len(blocks) else 0,
             steps=int(blocks["progress"].sum()),
+            dropped_buffers=self._dropped_buffers,
             policy=self.policy.name,
         )
 
@@ -492,7 +544,7 @@ class Communicator:
             index = int(self._cq_coll[slot])
             self._cq_head += 1
             with self._lock:
-                future, (_, recv) = self._inflight.pop(index)
+                future, buffers = self._inflight.pop(index)
                 self._completed += 1
                 self._row["host_completed"] = self._completed
                 resubmitted = bool(self._pending[index])
@@ -501,9 +553,14 @@ class Communicator:
                     self._wake.notify_all()
             if resubmitted and not self.persistent:
                 self._launch_once()
-            done.append((future, recv))
-        for future, recv in done:
-            future.set_result(recv)
+            done.append((index, future, buffers))
+        for index, future, buffers in done:
+            for role in _dropped_by_user(buffers):     # before set_result: it holds recv
+                self._dropped_buffers += 1
+                logger.warning("rank %d: collective %d's %s buffer was dropped by the user "
+                               "before the collective completed; pydfccl kept it alive until "
+                               "then", self.rank, self._by_index[index], role)
+            future.set_result(buffers[1])
         return len(done)
 
     def _set_error(self, error: Exception) -> None:

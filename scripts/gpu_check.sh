@@ -48,6 +48,9 @@ for s in $stages; do
     probe)      stage probe 60 $PY scripts/probe_timer.py ;;
     probe_host) stage probe_host 60 $PY scripts/probe_host.py ;;
     probe_latency) stage probe_latency 90 $PY scripts/probe_latency.py ;;
+    probe_memory) stage probe_memory 60 $PY scripts/probe_memory.py ;;
+    clocks)     # the SM clock while a latency run keeps the daemons busy (read, never set)
+                stage clocks 60 bash -c "$PY scripts/probe_latency.py 4000 > /dev/null & for i in 1 2 3 4 5 6 7 8; do sleep 2; nvidia-smi --query-gpu=clocks.sm,clocks.max.sm,utilization.gpu --format=csv,noheader; done; wait" ;;
     replay)     # a model schedule replayed on the engine (exit 0), and under nccl (exit 3)
                 stage replay 90 $PY -m pydfccl demo --schedule scripts/schedules/three_ranks_disordered_with_syncs.json
                 stage replay_nccl 60 $PY -m pydfccl demo --schedule scripts/schedules/three_ranks_disordered_with_syncs.json --policy nccl --watchdog 5 ;;

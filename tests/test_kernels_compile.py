@@ -25,7 +25,8 @@ for name in policy_names():
         unordered=len(unordered_spin_loops(ptx)),
         acquire="ld.acquire.sys" in ptx,
         release="st.release.sys" in ptx,
-        atomics="atom.acq_rel.sys.add" in ptx or "atom.add.acq_rel.sys" in ptx,
+        atomics="atom.add.acq_rel.gpu" in ptx,
+        fences="fence.acq_rel.gpu" in ptx and "fence.acq_rel.sys" in ptx,
         timer="%globaltimer" in ptx,
     )
 print(json.dumps(report))
@@ -45,3 +46,4 @@ def test_every_daemon_compiles_to_ptx_with_ordered_waits():
         assert r["loops"] > 0, f"{name}: no wait loop found"
         assert r["unordered"] == 0, f"{name}: a wait loop polls with plain loads"
         assert r["acquire"] and r["release"] and r["atomics"] and r["timer"], (name, r)
+        assert r["fences"], (name, r)   # GPU scope for peers on this GPU, system otherwise

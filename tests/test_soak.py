@@ -1,6 +1,8 @@
 """Short soak and fault cases: extreme budgets, more runs than the queue holds, steady
 resources over many collectives (the long forms run on a GPU)."""
 
+import re
+
 import pytest
 
 import pydfccl
@@ -38,3 +40,50 @@ def test_threads_and_launches_stay_bounded():
     assert len(set(out["threads"])) == 1, out["threads"]
     assert out["stats"]["completed"] == 400
     assert out["stats"]["launches"] <= 400
+
+
+def test_soak_command_short_form(capsys):
+    from pydfccl import soak
+
+    code = soak.main(["--schedules", "3", "--max-ranks", "3", "--max-count", "40",
+                      "--max-colls", "3", "--no-progress"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    runs = re.search(r"runs: (\d+) submitted on all ranks, (\d+) completed, (\d+) lost; "
+                     r"outputs verified: (\d+) .*, wrong: (\d+)", out)
+    assert runs, out
+    submitted, completed, lost, verified, wrong = map(int, runs.groups())
+    assert submitted == completed > 0 and lost == 0 and wrong == 0 and verified > 0
+    assert "3 schedules" in out and "resources: threads" in out
+    assert "OK: every output verified, nothing lost" in out
+
+
+def test_soak_schedules_are_reproducible_and_cover_the_engine():
+    from pydfccl.codes import DTYPES, KINDS, OPS
+    from pydfccl.soak import SoakOptions, draw_schedule
+
+    opts = SoakOptions(max_ranks=4, max_count=300, max_colls=6)
+    schedules = [draw_schedule(7, i, opts, simulator=True) for i in range(60)]
+    assert schedules[5] == draw_schedule(7, 5, opts, simulator=True)
+    colls = [c for s in schedules for c in s.colls]
+    assert {c.kind for c in colls} == set(KINDS)
+    assert {c.op for c in colls} == set(OPS)
+    assert {c.dtype for c in colls} == set(DTYPES)
+    counts = {c.count for c in colls}
+    assert 1 in counts and 63 in counts and 65 in counts     # a float32 slot is 64 elements
+    assert {s.nranks for s in schedules} == {2, 3, 4}
+    assert any(s.syncs[r] for s in schedules for r in range(s.nranks))
+    assert any(len(set(s.orders)) > 1 for s in schedules)       # ranks disagree on order
+    for s in schedules:
+        for order in s.orders:
+            assert sorted(order) == sorted(c for c, coll in enumerate(s.colls)
+                                           for _ in range(coll.runs))
+
+
+def test_soak_verdict_names_what_went_wrong():
+    from pydfccl.soak import SoakReport, _verdict
+
+    assert _verdict(SoakReport(schedules=2, submitted=8, completed=8)) is None
+    bad = _verdict(SoakReport(schedules=2, submitted=8, completed=7, wrong=["x"]))
+    assert "1 wrong results" in bad and "1 runs lost" in bad
+    assert "no schedule ran" in _verdict(SoakReport())

@@ -241,3 +241,43 @@ def traced_opposite_orders(comm, ncolls: int, count: int):
     out["trace"] = comm.trace()
     out["lost"] = comm.trace_lost()
     return out
+
+
+class _Records(list):
+    """A logging handler's worth of records, kept in a list (rank processes return them)."""
+
+    def handler(self):
+        import logging
+
+        handler = logging.Handler()
+        handler.emit = self.append
+        return handler
+
+
+def dropped_or_kept_buffers(comm, drop: bool):
+    """An in-place all-reduce and an out-of-place all-gather whose buffers the worker drops
+    right after submitting them (``drop``) or keeps (the all-reduce's as a temporary view
+    of an array it keeps). Rank 1 submits late, so rank 0's runs cannot complete before its
+    buffers are gone. Returns the results, the stats and the pydfccl warnings logged."""
+    import logging
+
+    records = _Records()
+    logging.getLogger("pydfccl").addHandler(records.handler())
+    comm.prepare(0, "all_reduce", count=5, dtype="int64")
+    comm.prepare(1, "all_gather", count=3, dtype="int64")
+    comm.start()
+    if comm.rank == 1:
+        time.sleep(0.5)
+    send = _fill(comm, _inputs(comm.rank, 3, "int64", 1))
+    recv = comm.empty(3 * comm.nranks, "int64")
+    if drop:
+        futures = [comm.run(0, _fill(comm, _inputs(comm.rank, 5, "int64", 0))),
+                   comm.run(1, send, recv)]
+        del send, recv
+    else:
+        whole = _fill(comm, np.concatenate([_inputs(comm.rank, 5, "int64", 0),
+                                            np.zeros(3, np.int64)]))
+        futures = [comm.run(0, whole[:5]), comm.run(1, send, recv)]
+    results = [platform.to_numpy(f.result(timeout=120)).tolist() for f in futures]
+    warnings = [r.getMessage() for r in records if r.levelno >= logging.WARNING]
+    return dict(results=results, stats=comm.stats(), warnings=warnings)

@@ -22,7 +22,7 @@ from numba import cuda
 
 from .. import layout as L
 from ..sched.policies import PARAM_SLOTS
-from .memory import (as_array, atomic_add, backoff, load_acquire, load_volatile,
+from .memory import (as_array, atomic_add_gpu, backoff, load_acquire, load_volatile,
                      now_ns, store_release, store_volatile)
 from .primitives import (F_POSTDIV, F_RECV, F_SEND, SPIN_ABORT, SPIN_PREEMPT, fence, move,
                          spin_wait)
@@ -160,15 +160,18 @@ def _finish(st, ctl, pool, coll, block, nblocks):
     """This block is done with ``coll``; the last block of all writes the CQ."""
     _trace(st, pool, block, EV_COMPLETED, coll, 0)
     st[S_COMPLETED] += 1
-    status = _status(ctl, block)
-    store_volatile(status + BS_COMPLETED, st[S_COMPLETED])
-    store_volatile(status + BS_PROGRESS, st[S_PROGRESS])
-    old = atomic_add(pool + P_DONE + coll * 8, 1)
+    old = atomic_add_gpu(pool + P_DONE + coll * 8, 1)   # counters of this rank's blocks
     if (old + 1) % nblocks == 0:
-        k = atomic_add(pool + P_CQ_RESERVE, 1)
+        k = atomic_add_gpu(pool + P_CQ_RESERVE, 1)
         entry = ctl + CTL_CQ + (k % CQ_CAP) * CQ_SIZE
         store_volatile(entry + CQ_COLL, coll)
         store_release(entry + CQ_STAMP, k + 1)
+    # The status row after the CQ: host stores ahead of the system-scope release would
+    # delay it by their PCIe round trips.
+    status = _status(ctl, block)
+    store_volatile(status + BS_COLL, 0)
+    store_volatile(status + BS_COMPLETED, st[S_COMPLETED])
+    store_volatile(status + BS_PROGRESS, st[S_PROGRESS])
 
 
 def make_daemon(policy):
@@ -185,14 +188,17 @@ def make_daemon(policy):
         """Take new SQ entries: activate their tasks (or finish at once if this block has
         no share of the data)."""
         f = st[S_FRONTIER]
-        while True:
-            entry = ctl + CTL_SQ + (f % SQ_CAP) * SQ_SIZE
-            if load_acquire(entry + SQ_SEQ) != f + 1:
-                break
+        entry = ctl + CTL_SQ + (f % SQ_CAP) * SQ_SIZE
+        seq = load_acquire(entry + SQ_SEQ)
+        while seq == f + 1:
             coll = load_volatile(entry + SQ_COLL)
             prio = load_volatile(entry + SQ_PRIO)
             send = load_volatile(entry + SQ_SEND)
             recv = load_volatile(entry + SQ_RECV)
+            # The next entry's sequence word, in flight together with these reads (host
+            # memory: each round trip crosses PCIe).
+            entry = ctl + CTL_SQ + ((f + 1) % SQ_CAP) * SQ_SIZE
+            seq = load_acquire(entry + SQ_SEQ)
             f += 1
             _trace(st, pool, block, EV_ABSORBED, coll, f)
             begin, end, nloops, slot_elems = _span(colls, coll, block, nranks, slot_bytes)
@@ -293,7 +299,6 @@ def make_daemon(policy):
                 save_task(st, tasks, 0)
                 _remove(act, akey, sh, st[S_POS])
                 st[S_TRIES_LEFT] = 0
-                store_volatile(status + BS_COLL, 0)
                 _finish(st, ctl, pool, coll, block, nblocks)
                 continue
 

@@ -27,6 +27,7 @@ __all__ = [
     "store_release",
     "store_volatile",
     "atomic_add",
+    "atomic_add_gpu",
     "fence_sys",
     "fence_gpu",
     "backoff",
@@ -63,6 +64,8 @@ if SIMULATOR:
             old = cell.value
             cell.value = old + int(value)
             return old
+
+    atomic_add_gpu = atomic_add
 
     def fence_sys():
         pass
@@ -143,6 +146,16 @@ else:
         def codegen(context, builder, sig, args):
             value = context.cast(builder, args[1], sig.args[1], types.int64)
             return _asm(builder, "atom.add.acq_rel.sys.u64 $0, [$1], $2;", "=l,l,l,~{memory}",
+                        [args[0], value], _i64)
+
+        return types.int64(addr, value), codegen
+
+    @intrinsic
+    def atomic_add_gpu(typingctx, addr, value):
+        """``atom.add`` at GPU scope (for counters only this GPU's threads touch)."""
+        def codegen(context, builder, sig, args):
+            value = context.cast(builder, args[1], sig.args[1], types.int64)
+            return _asm(builder, "atom.add.acq_rel.gpu.u64 $0, [$1], $2;", "=l,l,l,~{memory}",
                         [args[0], value], _i64)
 
         return types.int64(addr, value), codegen

@@ -97,6 +97,8 @@ TRACE_EVENT = np.dtype([   # one record of a block's event log
     ("event", I8),         # TRACE_KINDS
     ("coll", I8),          # collective index (-1: none)
     ("detail", I8),        # loop * 1024 + step, or the SQ sequence number
+    ("waited", I8),        # preempted: nanoseconds the primitive waited before giving up
+    ("flags", I8),         # preempted: the primitive (primitives.F_* flags)
 ])
 TRACE_CAP = 1024           # events kept per block; the host drains them
 TRACE_KINDS = {1: "absorbed", 2: "loaded", 3: "preempted", 4: "completed", 5: "launched",

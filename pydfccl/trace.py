@@ -9,7 +9,17 @@ import numpy as np
 
 from . import layout as L
 
-__all__ = ["TraceReader", "to_chrome", "plot_timeline"]
+__all__ = ["TraceReader", "primitive_name", "to_chrome", "plot_timeline"]
+
+
+def primitive_name(flags: int) -> str:
+    """NCCL's name for a step's primitive ("recvReduceSend", ...) from its flags."""
+    from .kernels import primitives as P
+
+    names = {P.SEND: "send", P.RECV_REDUCE_SEND: "recvReduceSend",
+             P.RECV_REDUCE_COPY_SEND: "recvReduceCopySend", P.RECV_COPY_SEND: "recvCopySend",
+             P.RECV: "recv", P.COPY: "copy"}
+    return names.get(flags) or names.get(flags | P.F_POSTDIV) or f"flags {flags}"
 
 
 class TraceReader:
@@ -37,11 +47,15 @@ class TraceReader:
                 for i in range(first, int(heads[b])):
                     rec = rings[b, i % L.TRACE_CAP]
                     coll = int(rec["coll"])
-                    self.events.append(dict(
+                    event = dict(
                         t_ns=int(rec["t"]), rank=self.rank, block=b,
                         event=L.TRACE_KINDS.get(int(rec["event"]), "unknown"),
                         coll=self.coll_ids.get(coll) if coll >= 0 else None,
-                        loop=int(rec["detail"]) // 1024, step=int(rec["detail"]) % 1024))
+                        loop=int(rec["detail"]) // 1024, step=int(rec["detail"]) % 1024)
+                    if event["event"] == "preempted":
+                        event.update(primitive=primitive_name(int(rec["flags"])),
+                                     waited_ns=int(rec["waited"]))
+                    self.events.append(event)
                 self.read[b] = int(heads[b])
             return list(self.events)
 
@@ -62,10 +76,12 @@ def to_chrome(events: list[dict], names: dict | None = None) -> dict:
             running[track] = (ts, e)
         elif e["event"] in ("preempted", "completed") and track in running:
             start, loaded = running.pop(track)
+            args = dict(ended=e["event"], from_step=loaded["step"], to_step=e["step"],
+                        loop=e["loop"])
+            if "primitive" in e:
+                args.update(primitive=e["primitive"], waited_us=e["waited_ns"] / 1e3)
             out.append(dict(name=label, ph="X", ts=start, dur=max(ts - start, 0.001),
-                            pid=e["rank"], tid=e["block"],
-                            args=dict(ended=e["event"], from_step=loaded["step"],
-                                      to_step=e["step"], loop=e["loop"])))
+                            pid=e["rank"], tid=e["block"], args=args))
         else:
             out.append(dict(name=e["event"] + (f" {label}" if e["coll"] is not None else ""),
                             ph="i", s="t", ts=ts, pid=e["rank"], tid=e["block"]))

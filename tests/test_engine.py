@@ -121,6 +121,7 @@ def test_status_shows_who_waits_for_whom():
     assert seen[0]["outstanding"] == 1 and seen[1]["outstanding"] == 0
     block = seen[0]["blocks"][0]
     assert block["coll"] == 5 and (1, "data from") in block["waits"]
+    assert seen[0]["in_flight"] == [5] and seen[0]["queued"] == {}
     for rank, out_rank in enumerate(out):   # each rank, once its own run completed
         mine = out_rank["after"][rank]
         assert mine["outstanding"] == 0 and all(b["coll"] is None for b in mine["blocks"])

@@ -34,6 +34,11 @@ def test_trace_shows_every_collective_loaded_preempted_resumed_completed():
             assert not (a == "preempted" and b != "loaded"), (key, names)
         preempted += body.count("preempted")
     assert preempted == sum(out["stats"]["preemptions"] for out in per_rank) > 0
+    for e in events:        # a preemption names the primitive that waited, and how long
+        if e["event"] == "preempted":
+            assert e["primitive"] in ("send", "recvReduceSend", "recvReduceCopySend",
+                                      "recvCopySend", "recv"), e
+            assert e["waited_ns"] > 0, e
     assert {e["event"] for e in events} >= {"launched", "absorbed", "loaded", "completed"}
 
     chrome = to_chrome(events)

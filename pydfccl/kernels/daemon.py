@@ -134,7 +134,7 @@ def _span(colls, coll, block, nranks, slot_bytes):
 
 
 @cuda.jit(device=True)
-def _trace(st, pool, block, event, coll, detail):
+def _trace(st, pool, block, event, coll, detail, waited, flags):
     """Append one record to this block's event log (thread 0; the host drains it)."""
     i = st[S_TRACE_HEAD]
     record = pool + P_TRACE + (block * TRACE_CAP + i % TRACE_CAP) * TRACE_SIZE
@@ -142,6 +142,8 @@ def _trace(st, pool, block, event, coll, detail):
     store_volatile(record + 8, event)
     store_volatile(record + 16, coll)
     store_volatile(record + 24, detail)
+    store_volatile(record + 32, waited)
+    store_volatile(record + 40, flags)
     st[S_TRACE_HEAD] = i + 1
     store_volatile(pool + P_TRACE_HEAD + block * 8, i + 1)
 
@@ -158,7 +160,7 @@ def _publish(st, status, waits):
 @cuda.jit(device=True)
 def _finish(st, ctl, pool, coll, block, nblocks):
     """This block is done with ``coll``; the last block of all writes the CQ."""
-    _trace(st, pool, block, EV_COMPLETED, coll, 0)
+    _trace(st, pool, block, EV_COMPLETED, coll, 0, 0, 0)
     st[S_COMPLETED] += 1
     old = atomic_add_gpu(pool + P_DONE + coll * 8, 1)   # counters of this rank's blocks
     if (old + 1) % nblocks == 0:
@@ -200,7 +202,7 @@ def make_daemon(policy):
             entry = ctl + CTL_SQ + ((f + 1) % SQ_CAP) * SQ_SIZE
             seq = load_acquire(entry + SQ_SEQ)
             f += 1
-            _trace(st, pool, block, EV_ABSORBED, coll, f)
+            _trace(st, pool, block, EV_ABSORBED, coll, f, 0, 0)
             begin, end, nloops, slot_elems = _span(colls, coll, block, nranks, slot_bytes)
             if nloops == 0:
                 _finish(st, ctl, pool, coll, block, nblocks)
@@ -246,7 +248,7 @@ def make_daemon(policy):
         st[S_NLOOPS] = nloops
         st[S_SLOT_ELEMS] = slot_elems
         st[S_THRESH] = threshold_on_load(params, is_head, st[S_TRIES])
-        _trace(st, pool, block, EV_LOADED, coll, st[S_LOOP] * 1024 + st[S_STEP])
+        _trace(st, pool, block, EV_LOADED, coll, st[S_LOOP] * 1024 + st[S_STEP], 0, 0)
 
     @cuda.jit(device=True)
     def save_task(st, tasks, active):
@@ -323,7 +325,8 @@ def make_daemon(policy):
                 sh[SH_CMD] = CMD_EXIT
                 return
             if waited == SPIN_PREEMPT:
-                _trace(st, pool, block, EV_PREEMPTED, coll, st[S_LOOP] * 1024 + st[S_STEP])
+                _trace(st, pool, block, EV_PREEMPTED, coll, st[S_LOOP] * 1024 + st[S_STEP],
+                       budget, flags)
                 _publish(st, status, waits)
                 save_task(st, tasks, 1)
                 st[S_PREEMPTIONS] += 1
@@ -388,7 +391,7 @@ def make_daemon(policy):
         st[S_PREEMPTIONS] = load_volatile(status + BS_PREEMPTIONS)
         st[S_PROGRESS] = load_volatile(status + BS_PROGRESS)
         st[S_TRACE_HEAD] = load_volatile(pool + P_TRACE_HEAD + block * 8)
-        _trace(st, pool, block, EV_LAUNCHED, -1, 0)
+        _trace(st, pool, block, EV_LAUNCHED, -1, 0, 0, 0)
         sh[SH_NACT] = 0
         for coll in range(MAX_COLLS):
             task = coll * TASK_WORDS
@@ -428,7 +431,7 @@ def make_daemon(policy):
                 post_step(st, ctl, pool, peers, rank, nranks, nslots, conn_stride, block,
                           nblocks)
         if tid == 0:
-            _trace(st, pool, block, EV_QUIT, -1, 0)
+            _trace(st, pool, block, EV_QUIT, -1, 0, 0, 0)
             status = _status(ctl, block)
             store_volatile(status + BS_PROGRESS, st[S_PROGRESS])
             store_volatile(status + BS_EXITS, load_volatile(status + BS_EXITS) + 1)

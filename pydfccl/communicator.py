@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 from concurrent.futures import Future
+from concurrent.futures import wait as wait_for_futures
 from dataclasses import dataclass
 
 import numpy as np
@@ -205,7 +206,8 @@ class Communicator:
         self._launch_running = False
         self._error: Exception | None = None
         self._drain_lock = threading.Lock()
-        self._helpers = 0
+        self._helpers = 0          # threads waiting in Future.result() right now
+        self._helped_at = 0.0      # when the last of them stopped (perf_counter)
         self._threads: list[threading.Thread] = []
         ctl = world.ctl
         self._sq = {name: ctl["sq"][name][rank] for name in L.SQ_ENTRY.names}
@@ -369,8 +371,10 @@ class Communicator:
 
     def status(self) -> list[dict]:
         """Live status of every rank (all control rows are visible to every rank): its
-        outstanding count, whether its host is blocked in a sync, and per daemon block the
-        collective it last loaded (by coll_id), its loop and step, and whom it waits for."""
+        outstanding count, whether its host is blocked in a sync, its preemptions, and per
+        daemon block the collective it is on (by coll_id), its loop and step, and whom it
+        waits for (published once a wait lasts 20 us, and at each preemption). This rank's
+        entry also lists its collectives ``in_flight`` and the runs ``queued`` behind them."""
         out = []
         for r in range(self.nranks):
             st = rank_status(self.world, r)
@@ -378,6 +382,10 @@ class Communicator:
                 if blk["coll"] is not None:
                     blk["coll"] = self._by_index.get(blk["coll"], blk["coll"])
             out.append(st)
+        with self._lock:    # this rank's host also knows which collectives it waits for
+            out[self.rank]["in_flight"] = sorted(self._by_index[i] for i in self._inflight)
+            out[self.rank]["queued"] = {self._by_index[i]: len(q)
+                                        for i, q in self._pending.items() if q}
         return out
 
     def trace(self) -> list[dict]:
@@ -521,10 +529,15 @@ class Communicator:
         self._helpers += 1
         try:
             while not future.done() and time.perf_counter() < end:
-                if not self._drain_cq():   # watch the next CQ stamp with the GIL released
-                    wait_for_stamp(*self._next_stamp(), SPINS_PER_CALL)
+                if self._drain_cq():
+                    continue
+                if wait_for_stamp(*self._next_stamp(), SPINS_PER_CALL) and not future.done():
+                    # The stamp is there but another thread (the poller) is draining it:
+                    # sleep on the future rather than spin against that thread for the GIL.
+                    wait_for_futures([future], timeout=1e-3)
         finally:
             self._helpers -= 1
+            self._helped_at = time.perf_counter()
 
     def _drain_cq(self) -> int:
         """Complete the futures of new CQ entries; any host thread may call it."""

@@ -23,6 +23,7 @@ from .hostspin import SPINS_PER_CALL, wait_for_any_stamp
 __all__ = ["poller"]
 
 SLEEP_WHEN_HELPED = 1e-4     # a rank thread is waiting in result() and drains for itself
+HELPED_RECENTLY = 1e-3       # ... or was, this recently: it is likely back soon
 SLEEP_WHEN_QUIET = 2e-6      # simulator: no spinning, short sleeps
 QUIET_LOOKS = 2000           # then 100 us between looks
 SPIN_ROUNDS = 500            # GPU: rounds of watching (about 10 ms) before sleeping instead
@@ -72,7 +73,8 @@ class Poller:
                 quiet = 0
                 continue
             quiet += 1
-            if any(c._helpers for c in busy):
+            if any(c._helpers or time.perf_counter() - c._helped_at < HELPED_RECENTLY
+                   for c in busy):
                 time.sleep(SLEEP_WHEN_HELPED)
             elif platform.WAIT_SPIN_SECONDS > 0 and quiet < SPIN_ROUNDS:
                 addrs, wants = zip(*(c._next_stamp() for c in busy))

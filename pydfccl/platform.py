@@ -27,10 +27,11 @@ __all__ = ["SIMULATOR", "WAIT_SPIN_SECONDS", "gpu_available", "DeviceBuffer", "H
 
 
 # How long a thread in ``Future.result()`` watches for its completion itself (spinning
-# without the GIL) before it leaves that to the poller thread and sleeps. On a GPU a small
-# collective takes microseconds; under the simulator it takes milliseconds of CPU that a
-# spinning waiter would only slow down.
-WAIT_SPIN_SECONDS = 0.0 if SIMULATOR else 0.02
+# without the GIL, a core each) before it leaves that to the poller thread and sleeps. On a
+# GPU a small collective takes microseconds, and a millisecond of spinning covers it without
+# taking the cores that launcher threads need when many ranks wait at once; under the
+# simulator a collective takes milliseconds of CPU that a spinning waiter would only slow.
+WAIT_SPIN_SECONDS = 0.0 if SIMULATOR else 1e-3
 
 
 def gpu_available() -> bool:

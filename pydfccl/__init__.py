@@ -7,13 +7,14 @@ voluntarily when idle or stuck so that GPU synchronizations can complete.
 
 from .communicator import Communicator
 from .errors import AbortedError, DeadlockError, PydfcclError, RankFailedError
+from .group import close_all, init_all, start_all
 from .launch import BACKENDS, launch
 from .log import configure_from_env as _configure_logging
 from .sched.policies import Policy, get_policy, policy_names, register
 from .world import WorldConfig
 
 __all__ = [
-    "Communicator", "launch", "BACKENDS", "WorldConfig",
+    "Communicator", "launch", "BACKENDS", "WorldConfig", "init_all", "start_all", "close_all",
     "Policy", "register", "get_policy", "policy_names",
     "PydfcclError", "DeadlockError", "AbortedError", "RankFailedError",
 ]

@@ -2,7 +2,8 @@
 
 Measured in the same run: pydfccl's persistent daemon (the policy given) and the
 launch-per-collective baseline (the same kernel code, launched once per collective, no
-daemon). This is a benchmark, not a test: it prints a table and asserts only that every
+daemon), each with a Python thread per rank (``launch``) and, on a GPU, with one thread
+driving every rank (``init_all``). This is a benchmark, not a test: it prints a table and asserts only that every
 result was right.
 """
 
@@ -15,6 +16,7 @@ import time
 import numpy as np
 
 from . import platform
+from .group import close_all, init_all, start_all
 from .launch import BACKENDS, launch
 from .sched.policies import policy_names
 
@@ -49,15 +51,53 @@ def latency_worker(comm, iters: int, warmup: int, count: int, dtype: str) -> dic
     return dict(times_us=times * 1e6, submit_us=submit * 1e6, stats=comm.stats())
 
 
+def one_thread_latency(nranks: int, iters: int, warmup: int, count: int, dtype: str,
+                       policy: str, persistent: bool) -> dict:
+    """The same runs with one thread driving every rank (``init_all``): each iteration
+    submits on all ranks, then waits for all; no GIL hand-offs between rank threads."""
+    comms = init_all(nranks, policy=policy, persistent=persistent)
+    try:
+        for comm in comms:
+            comm.prepare(0, "all_reduce", count=count, dtype=dtype)
+        start_all(comms)
+        xs = [comm.empty(count, dtype) for comm in comms]
+        ys = [comm.empty(count, dtype) for comm in comms]
+        for rank, x in enumerate(xs):
+            x.copy_to_device(np.full(count, rank + 1, dtype=dtype))
+        times, submit = np.empty(iters), np.empty(iters)
+        for i in range(warmup + iters):
+            t0 = time.perf_counter()
+            futures = [comm.run(0, x, y) for comm, x, y in zip(comms, xs, ys)]
+            t1 = time.perf_counter()
+            for future in futures:
+                future.result(timeout=60)
+            if i >= warmup:
+                times[i - warmup] = time.perf_counter() - t0
+                submit[i - warmup] = (t1 - t0) / nranks
+        want = np.full(count, nranks * (nranks + 1) // 2, dtype=dtype)
+        for rank, y in enumerate(ys):
+            if not np.array_equal(platform.to_numpy(y), want):
+                raise AssertionError(f"rank {rank}: wrong all-reduce result")
+        stats = [comm.stats() for comm in comms]
+    finally:
+        close_all(comms)
+    return _summary(times * 1e6, np.median(submit) * 1e6, stats)
+
+
+def _summary(times_us, submit_us, stats) -> dict:
+    return dict(median=float(np.median(times_us)), p10=float(np.percentile(times_us, 10)),
+                p90=float(np.percentile(times_us, 90)), submit=float(submit_us), stats=stats)
+
+
 def measure_latency(nranks: int, iters: int, warmup: int, count: int, dtype: str, policy: str,
-                    persistent: bool, backend=None) -> dict:
+                    persistent: bool, backend=None, driver: str = "threads") -> dict:
+    if driver == "one":
+        return one_thread_latency(nranks, iters, warmup, count, dtype, policy, persistent)
     per_rank = launch(latency_worker, nranks, policy=policy, backend=backend,
                       persistent=persistent, args=(iters, warmup, count, dtype))
     times = np.max([r["times_us"] for r in per_rank], axis=0)   # a run ends on its slowest rank
     submit = np.median([r["submit_us"] for r in per_rank])   # time inside run(), all ranks
-    return dict(median=float(np.median(times)), p10=float(np.percentile(times, 10)),
-                p90=float(np.percentile(times, 90)), submit=float(submit),
-                stats=[r["stats"] for r in per_rank])
+    return _summary(times, submit, [r["stats"] for r in per_rank])
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -75,6 +115,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="set sys.setswitchinterval (seconds) for this run")
     p.add_argument("--no-baseline", action="store_true",
                    help="skip the launch-per-collective baseline")
+    p.add_argument("--driver", choices=("threads", "one", "both"), default=None,
+                   help="threads: a Python thread per rank (pydfccl.launch); one: one thread "
+                        "drives every rank (pydfccl.init_all, GPU only); default: both on a "
+                        "GPU, threads on the simulator")
     return p
 
 
@@ -86,19 +130,25 @@ def main(argv: list[str]) -> int:
     where = "GPU" if platform.gpu_available() else "CUDA simulator (CPU)"
     print(f"all-reduce latency on the {where}: {args.nranks} ranks, {nbytes} bytes, "
           f"{args.iters} runs after {args.warmup} warm-up, submit to future completion")
-    rows = [("daemon (" + args.policy + ")",
-             measure_latency(args.nranks, args.iters, args.warmup, args.count, args.dtype,
-                             args.policy, True, args.backend))]
-    if not args.no_baseline:
-        rows.append(("kernel launch per call",
-                     measure_latency(args.nranks, args.iters, args.warmup, args.count,
-                                     args.dtype, "nccl", False, args.backend)))
-    base = rows[-1][1]["median"]
-    print(f"{'mode':<26} {'median us':>10} {'p10 us':>8} {'p90 us':>8} {'x baseline':>10} "
-          f"{'in run() us':>11} {'launches':>9}")
-    for name, r in rows:
+    driver = args.driver or ("both" if platform.gpu_available() else "threads")
+    drivers = ("threads", "one") if driver == "both" else (driver,)
+    rows = []   # (driver, mode, result, baseline median)
+    for d in drivers:
+        def measure(policy, persistent, d=d):
+            return measure_latency(args.nranks, args.iters, args.warmup, args.count,
+                                   args.dtype, policy, persistent, args.backend, d)
+
+        daemon = measure(args.policy, True)
+        base = None if args.no_baseline else measure("nccl", False)
+        rows.append((d, "daemon (" + args.policy + ")", daemon, base))
+        if base:
+            rows.append((d, "kernel launch per call", base, base))
+    print(f"{'driver':<8} {'mode':<24} {'median us':>10} {'p10 us':>8} {'p90 us':>8} "
+          f"{'x baseline':>10} {'in run() us':>11} {'launches':>9}")
+    for d, name, r, base in rows:
         launches = sum(s["launches"] for s in r["stats"])
-        print(f"{name:<26} {r['median']:>10.1f} {r['p10']:>8.1f} {r['p90']:>8.1f} "
-              f"{r['median'] / base:>10.2f} {r['submit']:>11.1f} {launches:>9}")
+        ratio = f"{r['median'] / base['median']:>10.2f}" if base else f"{'-':>10}"
+        print(f"{d:<8} {name:<24} {r['median']:>10.1f} {r['p10']:>8.1f} {r['p90']:>8.1f} "
+              f"{ratio} {r['submit']:>11.1f} {launches:>9}")
     sys.stdout.flush()
     return 0

@@ -4,11 +4,13 @@ The daemon trusts the addresses it is given, so everything that could make it re
 the wrong memory is refused here, with the problem named.
 """
 
+import sys
+
 import numpy as np
 
 from . import platform
 
-__all__ = ["buffer_info", "check_buffer", "BufferChecker"]
+__all__ = ["buffer_info", "check_buffer", "BufferChecker", "dropped_by_user"]
 
 
 def buffer_info(array):
@@ -76,3 +78,50 @@ class BufferChecker:
         addr = check_buffer(array, spec, role, needed)
         self._accepted.add(key)
         return addr
+
+
+def _holders(objs: tuple, i: int) -> int:
+    """References to ``objs[i]``, less the ones this call makes itself (its local name and
+    getrefcount's argument). ``_CALL_REFS`` is measured below on an object that only a tuple
+    holds, rather than written as a constant: how many references a call adds differs
+    between Python versions."""
+    obj = objs[i]
+    return sys.getrefcount(obj) - _CALL_REFS
+
+
+_CALL_REFS = 0
+_CALL_REFS = _holders((object(),), 0) - 1
+
+
+def _base_holders(buf) -> int:
+    """References to the array whose memory a view ``buf`` uses (numpy's and CuPy's
+    ``base``), counted as ``_UNHELD_BASE`` is; 0 when ``buf`` owns its memory."""
+    base = getattr(buf, "base", None)
+    return 0 if base is None else _holders((base,), 0)
+
+
+_UNHELD_BASE = _base_holders(np.empty(1)[:])   # a base that only its view holds
+
+
+def dropped_by_user(buffers: tuple) -> list:
+    """The roles ("send", "recv", or "in-place" when they are one array) of a completed
+    run's buffers that nothing but pydfccl held any more.
+
+    ``buffers`` is the (send, recv) tuple that kept them alive until completion, so it holds
+    each once (twice in place) and, once popped from ``_inflight``, nothing else in pydfccl
+    does; any further reference is the user's (a name, a list, the array a view was cut
+    from). Call it before ``set_result``: the future then holds recv too. A view of a Numba
+    device array is never reported: the parent that owns its memory cannot be found.
+    """
+    in_place = buffers[0] is buffers[1]
+    roles = []
+    for i in range(1 if in_place else 2):
+        if _holders(buffers, i) > (2 if in_place else 1):
+            continue                                    # the usual case: the user holds it
+        if _base_holders(buffers[i]) > _UNHELD_BASE:
+            continue                                    # a view of an array the user holds
+        memory = getattr(buffers[i], "gpu_data", None)
+        if memory is not None and memory.owner is not memory:
+            continue                                    # a Numba view: its owner is unknown
+        roles.append("in-place" if in_place else ("send", "recv")[i])
+    return roles

@@ -15,7 +15,6 @@ k-th run on every rank meets the k-th run on every other rank.
 from __future__ import annotations
 
 import collections
-import sys
 import threading
 import time
 from concurrent.futures import Future
@@ -26,7 +25,7 @@ import numpy as np
 
 from . import layout as L
 from . import platform
-from .buffers import BufferChecker
+from .buffers import BufferChecker, dropped_by_user
 from .codes import dtype_code, kind_code, normalize_dtype, op_code
 from .hostspin import SPINS_PER_CALL, wait_for_stamp
 from .progress import poller
@@ -88,53 +87,6 @@ class CollectiveFuture(Future):
 
 
 # -- buffers the user dropped before completion --------------------------------------------
-
-def _holders(objs: tuple, i: int) -> int:
-    """References to ``objs[i]``, less the ones this call makes itself (its local name and
-    getrefcount's argument). ``_CALL_REFS`` is measured below on an object that only a tuple
-    holds, rather than written as a constant: how many references a call adds differs
-    between Python versions."""
-    obj = objs[i]
-    return sys.getrefcount(obj) - _CALL_REFS
-
-
-_CALL_REFS = 0
-_CALL_REFS = _holders((object(),), 0) - 1
-
-
-def _base_holders(buf) -> int:
-    """References to the array whose memory a view ``buf`` uses (numpy's and CuPy's
-    ``base``), counted as ``_UNHELD_BASE`` is; 0 when ``buf`` owns its memory."""
-    base = getattr(buf, "base", None)
-    return 0 if base is None else _holders((base,), 0)
-
-
-_UNHELD_BASE = _base_holders(np.empty(1)[:])   # a base that only its view holds
-
-
-def _dropped_by_user(buffers: tuple) -> list:
-    """The roles ("send", "recv", or "in-place" when they are one array) of a completed
-    run's buffers that nothing but pydfccl held any more.
-
-    ``buffers`` is the (send, recv) tuple that kept them alive until completion, so it holds
-    each once (twice in place) and, once popped from ``_inflight``, nothing else in pydfccl
-    does; any further reference is the user's (a name, a list, the array a view was cut
-    from). Call it before ``set_result``: the future then holds recv too. A view of a Numba
-    device array is never reported: the parent that owns its memory cannot be found.
-    """
-    in_place = buffers[0] is buffers[1]
-    roles = []
-    for i in range(1 if in_place else 2):
-        if _holders(buffers, i) > (2 if in_place else 1):
-            continue                                    # the usual case: the user holds it
-        if _base_holders(buffers[i]) > _UNHELD_BASE:
-            continue                                    # a view of an array the user holds
-        memory = getattr(buffers[i], "gpu_data", None)
-        if memory is not None and memory.owner is not memory:
-            continue                                    # a Numba view: its owner is unknown
-        roles.append("in-place" if in_place else ("send", "recv")[i])
-    return roles
-
 
 _daemons = {}
 _daemons_lock = threading.Lock()
@@ -429,6 +381,8 @@ class Communicator:
             poller.remove(self)
             for thread in self._threads:
                 thread.join(timeout=30)
+            if not any(t.is_alive() for t in self._threads):
+                platform.destroy_stream(self._stream)
         self._fail_all(AbortedError(f"rank {self.rank}: communicator closed"))
 
     def __enter__(self):
@@ -568,7 +522,7 @@ class Communicator:
                 self._launch_once()
             done.append((index, future, buffers))
         for index, future, buffers in done:
-            for role in _dropped_by_user(buffers):     # before set_result: it holds recv
+            for role in dropped_by_user(buffers):     # before set_result: it holds recv
                 self._dropped_buffers += 1
                 logger.warning("rank %d: collective %d's %s buffer was dropped by the user "
                                "before the collective completed; pydfccl kept it alive until "

@@ -22,7 +22,7 @@ from .kernels.memory import SIMULATOR
 cuda.config.CUDA_LOW_OCCUPANCY_WARNINGS = 0
 
 __all__ = ["SIMULATOR", "WAIT_SPIN_SECONDS", "gpu_available", "DeviceBuffer", "HostBuffer", "address_of", "empty",
-           "new_stream", "launch", "wait_stream", "synchronize_device", "to_numpy",
+           "new_stream", "destroy_stream", "launch", "wait_stream", "synchronize_device", "to_numpy",
            "precise_sleeps"]
 
 
@@ -121,6 +121,17 @@ def new_stream():
     stream = cuda.external_stream(int(handle))
     stream._pydfccl_handle = handle  # keep the driver handle alive with the stream
     return stream
+
+
+def destroy_stream(stream) -> None:
+    """Give back a stream from ``new_stream`` once nothing runs on it (a job that makes many
+    communicators would otherwise leak one per communicator)."""
+    if stream is None:
+        return
+    from cuda.bindings import driver
+
+    stream.synchronize()
+    driver.cuStreamDestroy(stream._pydfccl_handle)
 
 
 def launch(kernel, nblocks: int, nthreads: int, stream, args) -> None:

@@ -213,9 +213,19 @@ class SoakReport:
     def lost(self) -> int:
         return self.submitted - self.completed
 
-    @property
-    def ok(self) -> bool:
-        return self.schedules > 0 and not self.wrong and not self.failures and self.lost == 0
+    def verdict(self) -> str | None:
+        """Why the run failed, in one line; None when every output verified and no run was
+        lost."""
+        reasons = []
+        if self.failures:
+            reasons.append(f"schedule {self.bad_schedules[-1]} failed")
+        if self.wrong:
+            reasons.append(f"{len(self.wrong)} wrong results")
+        if self.lost:
+            reasons.append(f"{self.lost} runs lost (submitted but never completed)")
+        if not self.schedules and not self.failures:
+            reasons.append("no schedule ran")
+        return "; ".join(reasons) or None
 
     def add(self, schedule: Schedule, per_rank: list) -> None:
         self.schedules += 1
@@ -293,10 +303,10 @@ def summarize(report: SoakReport, opts: SoakOptions, where: str) -> str:
     rss = ", ".join(f"{b / mib:.1f} MiB {when}" for when, _, b in report.resources)
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
     if children:
-        rss += f" (rank processes' peak: {children / mib:.1f} MiB)"
+        rss += f" (largest child process, the rank processes: {children / mib:.1f} MiB)"
     return "\n".join([
-        f"soak on the {where}: {report.schedules} schedules (seed {opts.seed}, policy "
-        f"{opts.policy}) in {report.seconds:.1f} s",
+        f"soak on the {where}: {report.schedules} schedule{'s' * (report.schedules != 1)} "
+        f"(seed {opts.seed}, policy {opts.policy}) in {report.seconds:.1f} s",
         f"runs: {report.submitted} submitted on all ranks, {report.completed} completed, "
         f"{report.lost} lost; outputs verified: {report.verified} (a reduce only at its "
         f"root), wrong: {len(report.wrong)}",
@@ -304,20 +314,6 @@ def summarize(report: SoakReport, opts: SoakOptions, where: str) -> str:
         f"{report.syncs}; dropped buffers: {report.dropped_buffers}",
         f"resources: threads {threads}; RSS {rss}",
     ])
-
-
-def _verdict(report: SoakReport) -> str | None:
-    """Why the run failed, in one line; None when everything verified and nothing was lost."""
-    reasons = []
-    if report.failures:
-        reasons.append(f"{len(report.failures)} schedule failed")
-    if report.wrong:
-        reasons.append(f"{len(report.wrong)} wrong results")
-    if report.lost:
-        reasons.append(f"{report.lost} runs lost (submitted but never completed)")
-    if not report.schedules and not report.failures:
-        reasons.append("no schedule ran")
-    return "; ".join(reasons) or None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -377,16 +373,16 @@ def main(argv: list[str]) -> int:
     parser = build_parser()
     opts = _options(parser.parse_args(argv), parser)
     where = "GPU" if platform.gpu_available() else "CUDA simulator (CPU)"
-    print(f"pydfccl soak on the {where}: {_extent(opts)}"
-          + f", 2..{opts.max_ranks} ranks, 1..{opts.max_colls} collectives of 1..{opts.max_count}"
-          f" elements, seed {opts.seed}, policy {opts.policy}", flush=True)
+    print(f"pydfccl soak on the {where}: {_extent(opts)}, 2..{opts.max_ranks} ranks, "
+          f"1..{opts.max_colls} collectives of 1..{opts.max_count} elements, seed {opts.seed}, "
+          f"policy {opts.policy}", flush=True)
     report = run_soak(opts)
     print(summarize(report, opts, where))
     for line in report.wrong[:10]:
         print(f"wrong: {line}", file=sys.stderr)
     for text in report.failures:
         print(f"failed: {text}", file=sys.stderr)
-    verdict = _verdict(report)
+    verdict = report.verdict()
     if verdict is None:
         print("OK: every output verified, nothing lost")
         return EXIT_OK

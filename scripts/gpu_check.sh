@@ -30,12 +30,12 @@ stage() {  # stage NAME TIMEOUT_S COMMAND...: log to $OUT/NAME.log, one summary 
 PY=python3
 case "${1:-quick}" in
   quick) stages="tests demo4 demo8_nccl bench" ;;
-  full)  stages="tests demo8 demo8_nccl demo4_sync bench bench8" ;;
+  full)  stages="tests demo8 demo8_nccl demo4_sync replay timeline soak bench bench8" ;;
   *)     stages="$*" ;;
 esac
 for s in $stages; do
   case $s in
-    tests)      stage tests 240 $PY -m pytest -q -p no:cacheprovider tests/test_engine.py tests/test_kernels_compile.py tests/test_layout.py ;;
+    tests)      stage tests 300 $PY -m pytest -q -p no:cacheprovider tests/test_engine.py tests/test_kernels_compile.py tests/test_layout.py tests/test_trace.py tests/test_buffers_lifetime.py tests/test_soak.py tests/test_collectives.py tests/test_group.py ;;
     demo4)      stage demo4 100 $PY -m pydfccl demo -n 4 -k 8 -i 50 --no-progress ;;
     demo4_inorder) stage demo4_inorder 100 $PY -m pydfccl demo -n 4 -k 8 -i 50 --in-order --no-progress ;;
     demo8)      stage demo8 100 $PY -m pydfccl demo -n 8 -k 8 -i 200 --no-progress ;;
@@ -45,6 +45,8 @@ for s in $stages; do
     bench)      stage bench 60 $PY -m pydfccl bench -n 2 --iters 10000 ;;
     bench1)     stage bench1 60 $PY -m pydfccl bench -n 1 --iters 3000 ;;
     bench8)     stage bench8 100 $PY -m pydfccl bench -n 8 --iters 1000 ;;
+    timeline)   stage timeline 100 $PY -m pydfccl demo -n 8 -k 8 -i 3 --no-progress --trace "$OUT/timeline8.json" --plot "$OUT/timeline8.png" ;;
+    soak)       stage soak 300 $PY -m pydfccl soak --seconds 150 --no-progress ;;
     probe)      stage probe 60 $PY scripts/probe_timer.py ;;
     probe_host) stage probe_host 60 $PY scripts/probe_host.py ;;
     probe_latency) stage probe_latency 90 $PY scripts/probe_latency.py ;;

@@ -1,6 +1,6 @@
 """Probe (GPU only): where the time of a small all-reduce goes.
 
-One Python thread drives two ranks (no rank threads, so no GIL hand-offs between ranks) and
+One Python thread drives two ranks (``init_all``: no rank threads, so no GIL hand-offs) and
 splits each run into: time inside the two ``run()`` calls, time until both CQ stamps are
 visible to a tight host loop, and the daemon's own absorbed-to-completed time from its event
 log (%globaltimer). Also times the host pieces of ``run()`` alone.
@@ -14,8 +14,7 @@ import numpy as np
 
 from pydfccl import layout as L
 from pydfccl.buffers import buffer_info
-from pydfccl.communicator import Communicator
-from pydfccl.world import World, WorldConfig
+from pydfccl import init_all, start_all
 
 
 def _time(fn, n=2000):
@@ -28,11 +27,11 @@ def _time(fn, n=2000):
 
 
 def main(iters=3000, nranks=2):
-    world = World(WorldConfig(nranks))
-    comms = [Communicator(world, r, exchange=lambda obj: [obj] * nranks) for r in range(nranks)]
+    comms = init_all(nranks)
+    world = comms[0].world
     for c in comms:
         c.prepare(0, "all_reduce", count=2, dtype="float32")
-        c.start()
+    start_all(comms)
     xs = [c.empty(2, "float32") for c in comms]
     for r, x in enumerate(xs):
         x.copy_to_device(np.full(2, r + 1, np.float32))

@@ -6,7 +6,7 @@ import numpy as np
 
 import pydfccl
 import workers
-from pydfccl.communicator import _dropped_by_user
+from pydfccl.buffers import dropped_by_user
 
 WARNING = ("rank 0: collective 0's in-place buffer was dropped by the user before the "
            "collective completed; pydfccl kept it alive until then")
@@ -42,11 +42,11 @@ def test_kept_buffers_and_views_of_kept_arrays_are_not_reported():
 def test_what_counts_as_dropped():
     kept, base = np.zeros(3), np.zeros(10)
     in_place = (np.zeros(3),) * 2
-    assert _dropped_by_user((np.zeros(3), np.zeros(3))) == ["send", "recv"]
-    assert _dropped_by_user((kept, np.zeros(3))) == ["recv"]
-    assert _dropped_by_user((kept, kept)) == []
-    assert _dropped_by_user(in_place) == ["in-place"]
-    assert _dropped_by_user((base[:5], base[5:])) == []            # views of a kept array
-    assert _dropped_by_user((np.zeros(10)[:5], kept)) == ["send"]   # a view of a dropped one
+    assert dropped_by_user((np.zeros(3), np.zeros(3))) == ["send", "recv"]
+    assert dropped_by_user((kept, np.zeros(3))) == ["recv"]
+    assert dropped_by_user((kept, kept)) == []
+    assert dropped_by_user(in_place) == ["in-place"]
+    assert dropped_by_user((base[:5], base[5:])) == []            # views of a kept array
+    assert dropped_by_user((np.zeros(10)[:5], kept)) == ["send"]   # a view of a dropped one
     held = [np.zeros(3)]
-    assert _dropped_by_user((held[0], held[0])) == []
+    assert dropped_by_user((held[0], held[0])) == []

@@ -6,6 +6,7 @@ import pytest
 
 import pydfccl
 import workers
+from pydfccl import platform
 
 CASES = [  # (kind, count, dtype, op, root)
     ("all_gather", 1, "float32", "sum", 0),
@@ -33,7 +34,11 @@ def _check(nranks, cases, per_rank):
             assert np.array_equal(got, want), f"rank {rank}: {cases[i]}"
 
 
-@pytest.mark.parametrize("nranks", [2, 3])
+# On a GPU (ranks as threads, cheap) the matrix also runs at 4 and 8 ranks.
+RANK_COUNTS = [2, 3] + ([4, 8] if platform.gpu_available() else [])
+
+
+@pytest.mark.parametrize("nranks", RANK_COUNTS)
 def test_every_kind_matches_numpy(nranks):
     cases = [(k, c, d, o, r % nranks) for k, c, d, o, r in CASES]
     _check(nranks, cases, pydfccl.launch(workers.collective_cases, nranks, args=(cases, True),

@@ -81,9 +81,11 @@ def test_soak_schedules_are_reproducible_and_cover_the_engine():
 
 
 def test_soak_verdict_names_what_went_wrong():
-    from pydfccl.soak import SoakReport, _verdict
+    from pydfccl.soak import SoakReport
 
-    assert _verdict(SoakReport(schedules=2, submitted=8, completed=8)) is None
-    bad = _verdict(SoakReport(schedules=2, submitted=8, completed=7, wrong=["x"]))
+    assert SoakReport(schedules=2, submitted=8, completed=8).verdict() is None
+    bad = SoakReport(schedules=2, submitted=8, completed=7, wrong=["x"]).verdict()
     assert "1 wrong results" in bad and "1 runs lost" in bad
-    assert "no schedule ran" in _verdict(SoakReport())
+    failed = SoakReport(failures=["schedule 4: ..."], bad_schedules=[4]).verdict()
+    assert failed == "schedule 4 failed"
+    assert SoakReport().verdict() == "no schedule ran"

@@ -46,7 +46,7 @@ for s in $stages; do
     bench1)     stage bench1 60 $PY -m pydfccl bench -n 1 --iters 3000 ;;
     bench8)     stage bench8 100 $PY -m pydfccl bench -n 8 --iters 1000 ;;
     timeline)   stage timeline 100 $PY -m pydfccl demo -n 8 -k 8 -i 3 --no-progress --trace "$OUT/timeline8.json" --plot "$OUT/timeline8.png" ;;
-    soak)       stage soak 300 $PY -m pydfccl soak --seconds 150 --no-progress ;;
+    soak)       stage soak 300 $PY -m pydfccl soak --seconds 120 --no-progress ;;
     probe)      stage probe 60 $PY scripts/probe_timer.py ;;
     probe_host) stage probe_host 60 $PY scripts/probe_host.py ;;
     probe_latency) stage probe_latency 90 $PY scripts/probe_latency.py ;;

@@ -443,7 +443,7 @@ class Communicator:
 
     # -- what the process's poller calls (pydfccl.progress) -----------------------------------
 
-    TRACE_DRAIN_SECONDS = 0.05   # well before a busy block's event ring (1024 records) wraps
+    TRACE_DRAIN_SECONDS = 0.01   # before a busy block's event ring (4096 records) wraps
 
     def _needs_polling(self) -> bool:
         return self._state == "started" and self._error is None and (

@@ -100,7 +100,7 @@ TRACE_EVENT = np.dtype([   # one record of a block's event log
     ("waited", I8),        # preempted: nanoseconds the primitive waited before giving up
     ("flags", I8),         # preempted: the primitive (primitives.F_* flags)
 ])
-TRACE_CAP = 1024           # events kept per block; the host drains them
+TRACE_CAP = 4096           # events kept per block; the host drains them every 10 ms
 TRACE_KINDS = {1: "absorbed", 2: "loaded", 3: "preempted", 4: "completed", 5: "launched",
                6: "quit"}
 

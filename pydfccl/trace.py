@@ -35,17 +35,30 @@ class TraceReader:
     def _heads(self) -> np.ndarray:
         return self.pool.read(L.P_TRACE_HEAD, 8 * self.nblocks).view(np.int64)
 
+    def _slots(self, block: int, first: int, end: int) -> np.ndarray:
+        """Records ``first`` to ``end`` (exclusive, counted since launch) of one block's ring,
+        copied in at most two pieces: only what is new crosses from the device."""
+        cap, size = L.TRACE_CAP, L.TRACE_SIZE
+        pieces, i = [], first
+        while i < end:
+            slot = i % cap
+            n = min(end - i, cap - slot)
+            raw = self.pool.read(L.P_TRACE + (block * cap + slot) * size, n * size)
+            pieces.append(raw.view(L.TRACE_EVENT))
+            i += n
+        return np.concatenate(pieces) if pieces else np.empty(0, L.TRACE_EVENT)
+
     def drain(self) -> list[dict]:
         with self._lock:
             heads = self._heads()
-            rings = self.pool.read(L.P_TRACE, self.nblocks * L.TRACE_CAP * L.TRACE_SIZE)
-            rings = rings.view(L.TRACE_EVENT).reshape(self.nblocks, L.TRACE_CAP)
-            after = self._heads()   # records older than after - CAP may be overwritten now
             for b in range(self.nblocks):
-                first = max(self.read[b], int(after[b]) - L.TRACE_CAP)
-                self.lost += first - self.read[b]
-                for i in range(first, int(heads[b])):
-                    rec = rings[b, i % L.TRACE_CAP]
+                head = int(heads[b])
+                first = max(self.read[b], head - L.TRACE_CAP)
+                records = self._slots(b, first, head)
+                # Records older than (head now - CAP) may have been overwritten while copying.
+                valid = max(first, int(self._heads()[b]) - L.TRACE_CAP)
+                self.lost += valid - self.read[b]
+                for rec in records[valid - first:]:
                     coll = int(rec["coll"])
                     event = dict(
                         t_ns=int(rec["t"]), rank=self.rank, block=b,
@@ -56,7 +69,7 @@ class TraceReader:
                         event.update(primitive=primitive_name(int(rec["flags"])),
                                      waited_ns=int(rec["waited"]))
                     self.events.append(event)
-                self.read[b] = int(heads[b])
+                self.read[b] = head
             return list(self.events)
 
 

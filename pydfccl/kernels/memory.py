@@ -140,25 +140,21 @@ else:
     store_release = _store("st.release.sys.b64 [$0], $1;")
     store_volatile = _store("st.volatile.b64 [$0], $1;")
 
-    @intrinsic
-    def atomic_add(typingctx, addr, value):
-        """``atom.add`` at system scope on the int64 at ``addr``; returns the old value."""
-        def codegen(context, builder, sig, args):
-            value = context.cast(builder, args[1], sig.args[1], types.int64)
-            return _asm(builder, "atom.add.acq_rel.sys.u64 $0, [$1], $2;", "=l,l,l,~{memory}",
-                        [args[0], value], _i64)
+    def _atomic_add(ptx):
+        @intrinsic
+        def atomic(typingctx, addr, value):
+            def codegen(context, builder, sig, args):
+                value = context.cast(builder, args[1], sig.args[1], types.int64)
+                return _asm(builder, ptx, "=l,l,l,~{memory}", [args[0], value], _i64)
 
-        return types.int64(addr, value), codegen
+            return types.int64(addr, value), codegen
 
-    @intrinsic
-    def atomic_add_gpu(typingctx, addr, value):
-        """``atom.add`` at GPU scope (for counters only this GPU's threads touch)."""
-        def codegen(context, builder, sig, args):
-            value = context.cast(builder, args[1], sig.args[1], types.int64)
-            return _asm(builder, "atom.add.acq_rel.gpu.u64 $0, [$1], $2;", "=l,l,l,~{memory}",
-                        [args[0], value], _i64)
+        return atomic
 
-        return types.int64(addr, value), codegen
+    # Add to the int64 at an address and return the old value: at system scope, or at GPU
+    # scope for counters that only this GPU's threads touch.
+    atomic_add = _atomic_add("atom.add.acq_rel.sys.u64 $0, [$1], $2;")
+    atomic_add_gpu = _atomic_add("atom.add.acq_rel.gpu.u64 $0, [$1], $2;")
 
     @intrinsic
     def fence_sys(typingctx):

@@ -86,8 +86,6 @@ class CollectiveFuture(Future):
         return super().exception(timeout)
 
 
-# -- buffers the user dropped before completion --------------------------------------------
-
 _daemons = {}
 _daemons_lock = threading.Lock()
 

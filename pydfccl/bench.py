@@ -3,8 +3,8 @@
 Measured in the same run: pydfccl's persistent daemon (the policy given) and the
 launch-per-collective baseline (the same kernel code, launched once per collective, no
 daemon), each with a Python thread per rank (``launch``) and, on a GPU, with one thread
-driving every rank (``init_all``). This is a benchmark, not a test: it prints a table and asserts only that every
-result was right.
+driving every rank (``init_all``). This is a benchmark, not a test: it prints a table and
+asserts only that every result was right.
 """
 
 from __future__ import annotations

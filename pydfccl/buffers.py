@@ -9,8 +9,9 @@ import sys
 import numpy as np
 
 from . import platform
+from .codes import BFLOAT16
 
-__all__ = ["buffer_info", "check_buffer", "BufferChecker", "dropped_by_user"]
+__all__ = ["buffer_info", "dtype_accepted", "check_buffer", "BufferChecker", "dropped_by_user"]
 
 
 def buffer_info(array):
@@ -40,13 +41,23 @@ def _c_strides(shape, itemsize):
     return tuple(reversed(strides))
 
 
+def dtype_accepted(buffer_dtype, coll_dtype) -> bool:
+    """A buffer of ``buffer_dtype`` can hold a collective of ``coll_dtype``: the same dtype,
+    or for bfloat16 also uint16 holding the raw bits (GPU arrays report a bfloat16 dtype
+    through ``__cuda_array_interface__`` as an anonymous ``<V2``, which says nothing)."""
+    coll_dtype = np.dtype(coll_dtype)
+    return buffer_dtype == coll_dtype or (coll_dtype == BFLOAT16 and buffer_dtype == np.uint16)
+
+
 def check_buffer(array, spec, role: str, needed: int) -> int:
     """The address of ``array`` if it can serve as ``role`` ("send"/"recv") of ``spec``,
     holding at least ``needed`` elements."""
     addr, count, dtype, contiguous = buffer_info(array)
     where = f"collective {spec.coll_id} ({spec.kind}): {role} buffer"
-    if dtype != np.dtype(spec.dtype):
-        raise TypeError(f"{where} has dtype {dtype}, expected {spec.dtype}")
+    if not dtype_accepted(dtype, spec.dtype):
+        hint = (" or uint16 (its raw bits, as comm.empty makes on a GPU)"
+                if np.dtype(spec.dtype) == BFLOAT16 else "")
+        raise TypeError(f"{where} has dtype {dtype}, expected {spec.dtype}{hint}")
     if count < needed:
         raise ValueError(f"{where} has {count} elements, needs at least {needed}")
     if not contiguous:

@@ -1,28 +1,36 @@
 """Names users write, and the small integers the daemon reads instead."""
 
+import ml_dtypes
 import numpy as np
 
-__all__ = ["KINDS", "OPS", "DTYPES", "kind_code", "op_code", "dtype_code", "normalize_dtype"]
+__all__ = ["KINDS", "POINT_TO_POINT", "COLLECTIVE_KINDS", "OUT_OF_PLACE_ONLY", "OPS", "DTYPES",
+           "BFLOAT16", "kind_code", "op_code", "dtype_code", "normalize_dtype", "storage_dtype"]
 
-KINDS = {"all_reduce": 0, "all_gather": 1, "reduce_scatter": 2, "broadcast": 3, "reduce": 4}
+KINDS = {"all_reduce": 0, "all_gather": 1, "reduce_scatter": 2, "broadcast": 3, "reduce": 4,
+         "send": 5, "recv": 6, "all_to_all": 7}
+POINT_TO_POINT = ("send", "recv")   # prepared on two ranks only, with peer=
+COLLECTIVE_KINDS = tuple(k for k in KINDS if k not in POINT_TO_POINT)
+OUT_OF_PLACE_ONLY = ("all_gather", "reduce_scatter", "all_to_all")   # need a recv buffer
 OPS = {"sum": 0, "prod": 1, "max": 2, "min": 3, "avg": 4}
-# The order is the daemon's dispatch order; keep it in step with kernels/reduce.py.
-DTYPES = {"float32": 0, "float64": 1, "int32": 2, "int64": 3, "int8": 4, "uint8": 5}
+# The codes are the daemon's dispatch (``move`` in kernels/primitives.py reads them).
+DTYPES = {"float32": 0, "float64": 1, "int32": 2, "int64": 3, "int8": 4, "uint8": 5,
+          "float16": 6, "bfloat16": 7}
 
-PLANNED_KINDS = ("send", "recv", "all_to_all")
-PLANNED_DTYPES = ("float16", "bfloat16")
+# numpy has no bfloat16: host arrays use ml_dtypes' (importing ml_dtypes also makes
+# ``np.dtype("bfloat16")`` work). Numba cannot allocate or type it, so on the GPU bfloat16
+# data lives in uint16 arrays of its raw bits, and the daemon converts with bit operations.
+BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 
 
-def _lookup(table, value, what, planned=()):
+def _lookup(table, value, what):
     try:
         return table[value]
     except (KeyError, TypeError):
-        hint = f" ({value!r} is not implemented yet)" if value in planned else ""
-        raise ValueError(f"unknown {what} {value!r}{hint}; supported: {sorted(table)}") from None
+        raise ValueError(f"unknown {what} {value!r}; supported: {sorted(table)}") from None
 
 
 def kind_code(kind: str) -> int:
-    return _lookup(KINDS, kind, "collective kind", PLANNED_KINDS)
+    return _lookup(KINDS, kind, "collective kind")
 
 
 def op_code(op: str) -> int:
@@ -32,8 +40,15 @@ def op_code(op: str) -> int:
 def normalize_dtype(dtype) -> np.dtype:
     """A numpy dtype from a name or dtype; ValueError if the daemon cannot reduce it."""
     name = dtype if isinstance(dtype, str) else getattr(np.dtype(dtype), "name", str(dtype))
-    _lookup(DTYPES, name, "dtype", PLANNED_DTYPES)
+    _lookup(DTYPES, name, "dtype")
     return np.dtype(name)
+
+
+def storage_dtype(dtype) -> np.dtype:
+    """The dtype of a GPU array holding ``dtype``'s elements: uint16 (raw bits) for
+    bfloat16, which Numba cannot allocate, and the dtype itself otherwise."""
+    dt = normalize_dtype(dtype)
+    return np.dtype(np.uint16) if dt == BFLOAT16 else dt
 
 
 def dtype_code(dtype) -> int:

@@ -26,12 +26,14 @@ import numpy as np
 from . import layout as L
 from . import platform
 from .buffers import BufferChecker, dropped_by_user
-from .codes import dtype_code, kind_code, normalize_dtype, op_code
+from .codes import (OUT_OF_PLACE_ONLY, POINT_TO_POINT, dtype_code, kind_code,
+                    normalize_dtype, op_code)
 from .hostspin import SPINS_PER_CALL, wait_for_stamp
 from .progress import poller
 from .errors import AbortedError, DeadlockError, PydfcclError
 from .log import logger
 from .reference import buffer_elems
+from .registry import check_signatures, placement
 from .trace import TraceReader
 from .sched.policies import get_policy
 from .watchdog import Watchdog, rank_status
@@ -58,7 +60,7 @@ class CollSpec:
 
     @property
     def in_place_ok(self) -> bool:
-        return self.kind not in ("all_gather", "reduce_scatter")
+        return self.kind not in OUT_OF_PLACE_ONLY
 
     def signature(self) -> dict:
         """The fields that must agree across ranks (priority is a per-rank preference)."""
@@ -101,26 +103,6 @@ def _daemon_for(policy):
             compile_now(kernel)
             _daemons[key] = kernel
         return _daemons[key]
-
-
-def check_signatures(per_rank: list) -> None:
-    """Raise ValueError naming the collective, field and ranks where ``prepare`` differed."""
-    ids = [sorted(sigs) for sigs in per_rank]
-    for r, rank_ids in enumerate(ids):
-        if rank_ids != ids[0]:
-            missing = sorted(set(ids[0]) ^ set(rank_ids))
-            raise ValueError(f"collective ids differ across ranks: rank 0 prepared {ids[0]}, "
-                             f"rank {r} prepared {rank_ids} (differing: {missing})")
-    for coll_id in ids[0]:
-        for field in per_rank[0][coll_id]:
-            values = [sigs[coll_id][field] for sigs in per_rank]
-            if len(set(values)) > 1:
-                groups = collections.defaultdict(list)
-                for r, v in enumerate(values):
-                    groups[v].append(r)
-                detail = "; ".join(f"ranks {rs}: {v!r}" for v, rs in groups.items())
-                raise ValueError(f"collective {coll_id}: field {field!r} differs across ranks "
-                                 f"({detail})")
 
 
 class Communicator:
@@ -175,8 +157,12 @@ class Communicator:
     # -- registration ----------------------------------------------------------------------
 
     def prepare(self, coll_id: int, kind: str, count: int, dtype="float32", op: str = "sum",
-                root: int = 0, priority: int = 0) -> None:
-        """Register collective ``coll_id`` (same arguments on every rank, except priority)."""
+                root: int = 0, priority: int = 0, peer: int | None = None) -> None:
+        """Register collective ``coll_id`` (same arguments on every rank, except priority).
+
+        Point to point: ``kind="send"`` with ``peer=`` the receiving rank on the sender, and
+        ``kind="recv"`` with ``peer=`` the sender on the receiver, under the same id, count
+        and dtype; no other rank registers that id."""
         self._require("preparing", "prepare")
         if not isinstance(coll_id, (int, np.integer)) or coll_id < 0:
             raise ValueError(f"coll_id must be a non-negative int, got {coll_id!r}")
@@ -192,6 +178,13 @@ class Communicator:
             raise ValueError(f"collective {coll_id}: count must be a positive int, got {count!r}")
         if not 0 <= root < self.nranks:
             raise ValueError(f"collective {coll_id}: root {root} out of range 0..{self.nranks - 1}")
+        if kind in POINT_TO_POINT:
+            if peer is None or not 0 <= peer < self.nranks or peer == self.rank:
+                raise ValueError(f"collective {coll_id}: a {kind} needs peer= another rank "
+                                 f"(0..{self.nranks - 1}, not {self.rank}), got {peer!r}")
+            root = peer     # the daemon finds a transfer's peer where a chain keeps its root
+        elif peer is not None:
+            raise ValueError(f"collective {coll_id}: peer= is for send and recv, not {kind}")
         self._specs[int(coll_id)] = CollSpec(int(coll_id), kind, int(count), dt.name, op,
                                              int(root), int(priority))
 
@@ -199,21 +192,26 @@ class Communicator:
         """End registration: check signatures across ranks, then start the daemon."""
         self._require("preparing", "start")
         mine = {cid: spec.signature() for cid, spec in self._specs.items()}
-        check_signatures(self._exchange(mine))
+        per_rank = self._exchange(mine)
+        check_signatures(per_rank)
         cfg = self.world.config
+        index, conn, used = placement(per_rank, self.nranks)
+        if used > cfg.max_colls:
+            raise ValueError(f"the collectives need {used} connector sets (an all_to_all needs "
+                             f"nranks - 1), more than WorldConfig.max_colls = {cfg.max_colls}")
         table = np.zeros(L.MAX_COLLS, L.COLL_ENTRY)
-        for index, coll_id in enumerate(sorted(self._specs)):
-            spec = self._specs[coll_id]
-            self._index[coll_id] = index
+        for coll_id, spec in self._specs.items():
+            self._index[coll_id] = index[coll_id]
             itemsize = np.dtype(spec.dtype).itemsize
             loop_elems = (cfg.slot_bytes // itemsize) * (self.nranks if spec.kind == "all_reduce"
                                                          else 1)
-            table[index] = (kind_code(spec.kind), dtype_code(spec.dtype), op_code(spec.op),
-                            spec.count, spec.root, spec.priority,
-                            max(1, min(cfg.nblocks, -(-spec.count // loop_elems))), itemsize)
+            table[index[coll_id]] = (
+                kind_code(spec.kind), dtype_code(spec.dtype), op_code(spec.op), spec.count,
+                spec.root, max(1, min(cfg.nblocks, -(-spec.count // loop_elems))), itemsize,
+                conn[coll_id])
         self.world.pools[self.rank].write(L.P_COLLS, table)
         self._row["params"][0] = self.policy.param_array(platform.SIMULATOR)
-        self._by_index = {i: c for c, i in self._index.items()}
+        self._by_index = {i: c for c, i in index.items()}   # every rank's ids, for reports
         self._tracer = TraceReader(self.world.pools[self.rank], self.rank, cfg.nblocks,
                                    self._by_index)
         self._stream = platform.new_stream()
@@ -559,9 +557,11 @@ class Communicator:
                                f"this communicator is {self._state}")
 
     def _describe_coll(self, index: int) -> str:
-        coll_id = self._by_index.get(index, index)
-        spec = self._specs.get(coll_id)
-        return f"{spec.kind} {coll_id}" if spec else f"collective #{index}"
+        if index not in self._by_index:
+            return f"collective #{index}"
+        coll_id = self._by_index[index]
+        spec = self._specs.get(coll_id)      # None: another rank's point-to-point transfer
+        return f"{spec.kind} {coll_id}" if spec else f"collective {coll_id}"
 
     def __repr__(self):
         return (f"<pydfccl.Communicator rank {self.rank}/{self.nranks} {self._state} "

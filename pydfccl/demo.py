@@ -20,7 +20,7 @@ import numpy as np
 
 from . import platform
 from .errors import PydfcclError, RankFailedError
-from .codes import KINDS
+from .codes import COLLECTIVE_KINDS as KINDS
 from .launch import BACKENDS, default_backend, launch
 from .reference import buffer_elems, reference
 from .sched.policies import policy_names
@@ -97,7 +97,7 @@ def chaos_worker(comm, opts: DemoOptions) -> dict:
             want = reference(kinds[k], inputs, "sum", roots[k], comm.rank)
             if want is None:
                 continue        # reduce: only the root's output is defined
-            got = platform.to_numpy(recvs[k])
+            got = platform.to_numpy(recvs[k], opts.dtype)
             if not np.array_equal(got, want):
                 bad = int(np.flatnonzero(got != want)[0])
                 raise AssertionError(f"iteration {it}, collective {k} ({kinds[k]}): element "
@@ -146,10 +146,7 @@ def format_status(statuses: list[dict]) -> str:
 
 
 def _copy_in(dst, src: np.ndarray) -> None:
-    if isinstance(dst, np.ndarray):
-        dst[...] = src
-    else:
-        dst.copy_to_device(src)
+    platform.copy_in(dst, src)
 
 
 def run_demo(opts: DemoOptions, backend: str | None = None, watchdog_timeout=None,

@@ -72,10 +72,10 @@ COLL_ENTRY = np.dtype([
     ("dtype", I8),
     ("op", I8),
     ("count", I8),
-    ("root", I8),
-    ("priority", I8),
+    ("root", I8),       # broadcast and reduce: the root; send and recv: the peer
     ("nchannels", I8),
     ("itemsize", I8),
+    ("conn", I8),       # its first connector set (all_to_all uses nranks - 1 of them)
 ])
 
 TASK = np.dtype([          # the saved context of one collective on one block
@@ -126,6 +126,8 @@ def conn_bytes(nslots: int, slot_bytes: int) -> int:
 
 
 def pool_bytes(max_colls: int, nblocks: int, nslots: int, slot_bytes: int) -> int:
+    """Header, then ``max_colls`` connector sets (one per block each); a collective uses
+    one set, an all_to_all one per peer."""
     return HEADER_BYTES + max_colls * nblocks * conn_bytes(nslots, slot_bytes)
 
 

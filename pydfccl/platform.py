@@ -15,15 +15,16 @@ import time
 import numpy as np
 from numba import cuda
 
+from .codes import BFLOAT16, storage_dtype
 from .kernels.memory import SIMULATOR
 
 # A daemon deliberately uses a few blocks; Numba's low-occupancy warning would fire on every
 # launch.
 cuda.config.CUDA_LOW_OCCUPANCY_WARNINGS = 0
 
-__all__ = ["SIMULATOR", "WAIT_SPIN_SECONDS", "gpu_available", "DeviceBuffer", "HostBuffer", "address_of", "empty",
-           "new_stream", "destroy_stream", "launch", "wait_stream", "synchronize_device", "to_numpy",
-           "precise_sleeps"]
+__all__ = ["SIMULATOR", "WAIT_SPIN_SECONDS", "gpu_available", "DeviceBuffer", "HostBuffer",
+           "address_of", "empty", "new_stream", "destroy_stream", "launch", "wait_stream",
+           "synchronize_device", "to_numpy", "copy_in", "precise_sleeps"]
 
 
 # How long a thread in ``Future.result()`` watches for its completion itself (spinning
@@ -93,18 +94,37 @@ class HostBuffer:
 
 
 def empty(count: int, dtype) -> object:
-    """A user buffer on this rank's device (numpy under the simulator)."""
+    """A user buffer on this rank's device (numpy under the simulator). Numba cannot
+    allocate bfloat16, so on the GPU a bfloat16 buffer is a uint16 array of raw bits."""
     if SIMULATOR:
         return np.empty(count, dtype)
-    return cuda.device_array(count, dtype)
+    return cuda.device_array(count, storage_dtype(dtype))
 
 
-def to_numpy(array) -> np.ndarray:
+def to_numpy(array, dtype=None) -> np.ndarray:
+    """A host copy of ``array`` (under the simulator, the array itself); with ``dtype``
+    bfloat16, a uint16 array of raw bits comes back as bfloat16 values."""
     if isinstance(array, np.ndarray) and not hasattr(array, "copy_to_host"):
-        return array
-    if hasattr(array, "copy_to_host"):
-        return array.copy_to_host()
-    return np.asarray(cuda.as_cuda_array(array, sync=False).copy_to_host())
+        host = array
+    elif hasattr(array, "copy_to_host"):
+        host = array.copy_to_host()
+    else:
+        host = np.asarray(cuda.as_cuda_array(array, sync=False).copy_to_host())
+    if dtype is not None and np.dtype(dtype) == BFLOAT16 and host.dtype == np.uint16:
+        return host.view(BFLOAT16)
+    return host
+
+
+def copy_in(dst, values: np.ndarray) -> None:
+    """Write host ``values`` into the user buffer ``dst`` (bfloat16 values go into a uint16
+    buffer as their bits)."""
+    values = np.ascontiguousarray(values)
+    if values.dtype == BFLOAT16 and dst.dtype == np.uint16:
+        values = values.view(np.uint16)
+    if isinstance(dst, np.ndarray):
+        dst[...] = values
+    else:
+        dst.copy_to_device(values)
 
 
 def new_stream():

@@ -1,6 +1,16 @@
 """What each collective must produce, computed with numpy: the demo and the tests check
-the daemon against it. Inputs are reduced in float64 (or int64) and cast back, which is exact
-for the small integers the checks use."""
+the daemon against it.
+
+Floats are reduced the way the engine reduces them, so results compare exactly, not within
+a tolerance: element by element in the ring's order (each element's partial result starts
+at one rank and travels round the ring, every rank combining its own value into it: see
+``ring_order``), each step in the element type's arithmetic. float16 and bfloat16 compute
+every step in float32 and round the result back (round to nearest even), as NCCL and the
+daemon do; ``avg`` divides the sum by the rank count the same way. Integers are reduced in
+int64 and cast back, which wraps sums and products as the device does at every step (``avg``
+agrees while the sum fits the type). Inputs are assumed free of NaN (max and min of a NaN are
+not specified).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +18,7 @@ import numpy as np
 
 from .codes import KINDS
 
-__all__ = ["buffer_elems", "reference"]
+__all__ = ["buffer_elems", "ring_order", "reference"]
 
 _REDUCE = {"sum": np.add, "avg": np.add, "prod": np.multiply, "max": np.maximum,
            "min": np.minimum}
@@ -22,32 +32,93 @@ def buffer_elems(kind: str, count: int, nranks: int) -> tuple[int, int]:
         return count, nranks * count
     if kind == "reduce_scatter":
         return nranks * count, count
+    if kind == "all_to_all":
+        return nranks * count, nranks * count
     return count, count
 
 
-def _reduce(inputs, op: str, dtype) -> np.ndarray:
-    wide = np.int64 if np.issubdtype(dtype, np.integer) else np.float64
-    out = inputs[0].astype(wide)
-    for x in inputs[1:]:
-        out = _REDUCE[op](out, x.astype(wide))
+def ring_order(kind: str, elems: int, nranks: int, root: int = 0, *, itemsize: int = 4,
+               nblocks: int | None = None, slot_bytes: int | None = None) -> np.ndarray:
+    """For each of the ``elems`` send-buffer elements of a reduction, the rank whose value
+    starts its partial result; ranks first+1, first+2, ... (mod ``nranks``) combine theirs
+    into it in turn (kernels/plans.py and kernels/ring.py).
+
+    reduce: the chain starts at root+1. reduce_scatter: output block c is reduced from rank
+    c+1 round to rank c. all_reduce: each loop of each channel cuts its range into
+    ``nranks`` chunks, and chunk c is reduced from rank c+1 round to rank c, so the order
+    depends on the sizes the engine was given (``nblocks``, ``slot_bytes``; when omitted,
+    those a launch on this machine uses by default: the simulator's on a machine without a
+    GPU)."""
+    if kind == "reduce":
+        return np.full(elems, (root + 1) % nranks, np.int64)
+    if kind == "reduce_scatter":
+        return (np.arange(elems) // (elems // nranks) + 1) % nranks
+    if kind != "all_reduce":
+        raise ValueError(f"{kind!r} does not reduce")
+    if nblocks is None or slot_bytes is None:
+        from . import platform
+        from .world import WorldConfig
+
+        cfg = WorldConfig(nranks, simulator=platform.SIMULATOR or not platform.gpu_available())
+        nblocks = cfg.nblocks if nblocks is None else nblocks
+        slot_bytes = cfg.slot_bytes if slot_bytes is None else slot_bytes
+    loop_size = (slot_bytes // itemsize) * nranks
+    nchannels = max(1, min(nblocks, -(-elems // loop_size)))     # as Communicator.start
+    per_channel = -(-elems // nchannels)                          # ring.channel_span
+    i = np.arange(elems)
+    begin = i // per_channel * per_channel
+    end = np.minimum(elems, begin + per_channel)
+    loop_begin = begin + (i - begin) // loop_size * loop_size     # ring.chunk_span
+    chunk_size = -(-np.minimum(loop_size, end - loop_begin) // nranks)
+    return ((i - loop_begin) // chunk_size + 1) % nranks
+
+
+def _reduce(inputs, op: str, first: np.ndarray) -> np.ndarray:
+    dtype = inputs[0].dtype
+    n = len(inputs)
+    if np.issubdtype(dtype, np.integer):
+        out = inputs[0].astype(np.int64)
+        for x in inputs[1:]:
+            out = _REDUCE[op](out, x.astype(np.int64))
+        if op == "avg":     # truncated toward zero, as C's (and NCCL's) division
+            out = np.where(out < 0, -(-out // n), out // n)
+        return out.astype(dtype)
+    compute = np.float64 if dtype == np.float64 else np.float32
+    values = np.stack(inputs)
+    elems = np.arange(values.shape[1])
+    out = values[first, elems]
+    for k in range(1, n):
+        x = values[(first + k) % n, elems]
+        out = _REDUCE[op](out.astype(compute), x.astype(compute)).astype(dtype)
     if op == "avg":
-        out = out // len(inputs) if wide is np.int64 else out / len(inputs)
-    return out.astype(dtype)
+        out = (out.astype(compute) / compute(n)).astype(dtype)
+    return out
 
 
 def reference(kind: str, inputs: list, op: str = "sum", root: int = 0,
-              rank: int = 0) -> np.ndarray | None:
+              rank: int = 0, *, nblocks: int | None = None,
+              slot_bytes: int | None = None) -> np.ndarray | None:
     """Rank ``rank``'s expected output, given every rank's send buffer (``inputs[r]``);
-    None where NCCL leaves it unspecified (reduce on a non-root rank)."""
+    None where NCCL leaves it unspecified (reduce on a non-root rank) or there is no output
+    (send). For send and recv ``root`` is the peer: a recv gets its sender's buffer.
+    ``nblocks`` and ``slot_bytes``: the engine's sizes, which fix an all_reduce's order
+    (``ring_order``)."""
     dtype = inputs[0].dtype
     n = len(inputs)
+    if kind == "send" or kind == "reduce" and rank != root:
+        return None
+    if kind == "recv":
+        return inputs[root].copy()
+    if kind == "all_to_all":    # block j of my output is block ``rank`` of rank j's input
+        count = inputs[0].size // n
+        return np.concatenate([x[rank * count:(rank + 1) * count] for x in inputs])
     if kind == "all_gather":
         return np.concatenate(inputs)
     if kind == "broadcast":
         return inputs[root].copy()
-    if kind == "reduce" and rank != root:
-        return None
-    total = _reduce(inputs, op, dtype)
+    first = ring_order(kind, inputs[0].size, n, root, itemsize=dtype.itemsize,
+                       nblocks=nblocks, slot_bytes=slot_bytes)
+    total = _reduce(inputs, op, first)
     if kind == "reduce_scatter":
         count = total.size // n
         return total[rank * count:(rank + 1) * count]

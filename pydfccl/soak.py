@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import platform
-from .codes import DTYPES, KINDS, OPS
+from .codes import COLLECTIVE_KINDS, DTYPES, OPS, OUT_OF_PLACE_ONLY
 from .demo import _copy_in
 from .errors import RankFailedError
 from .launch import default_backend, launch
@@ -115,13 +115,14 @@ def draw_schedule(seed: int, index: int, opts: SoakOptions, simulator: bool) -> 
     slot_bytes = WorldConfig(nranks, simulator=simulator).slot_bytes
     colls = []
     for _ in range(int(rng.integers(1, opts.max_colls + 1))):
-        kind, op, dtype = (str(rng.choice(list(t))) for t in (KINDS, OPS, DTYPES))
+        kind, op, dtype = (str(rng.choice(list(t)))
+                           for t in (COLLECTIVE_KINDS, OPS, DTYPES))
         colls.append(Collective(
             kind=kind, op=op, dtype=dtype,
             count=_draw_count(rng, opts.max_count, slot_bytes // np.dtype(dtype).itemsize),
             root=int(rng.integers(nranks)) if kind in ROOTED else 0,
             runs=2 if rng.random() < REPEAT_CHANCE else 1,
-            in_place=kind not in ("all_gather", "reduce_scatter") and bool(rng.integers(2))))
+            in_place=kind not in OUT_OF_PLACE_ONLY and bool(rng.integers(2))))
     runs = [c for c, coll in enumerate(colls) for _ in range(coll.runs)]
     return Schedule(
         index=index, nranks=nranks, colls=tuple(colls),
@@ -178,7 +179,7 @@ def soak_worker(comm, schedule: Schedule, result_timeout: float) -> dict:
             comm.synchronize_device()
     verified, wrong = 0, []
     for c, run, future, _, _ in submitted:
-        got = platform.to_numpy(future.result(timeout=result_timeout))
+        got = platform.to_numpy(future.result(timeout=result_timeout), schedule.colls[c].dtype)
         want = expected_output(schedule, c, run, rank)
         if want is None:
             continue            # reduce: only the root's output is defined

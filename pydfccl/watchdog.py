@@ -19,15 +19,16 @@ WAITS_DATA, WAITS_CREDIT = 1, 2
 def rank_status(world, rank: int) -> dict:
     """What one rank's host and daemon blocks are doing, read from its control row (every
     rank can read every row). Collectives are indices in the sorted id table."""
-    n, ctl = world.nranks, world.ctl
+    ctl = world.ctl
     blocks = ctl["blocks"][rank][: world.config.nblocks]
     per_block = []
     for b, blk in enumerate(blocks):
         coll = int(blk["coll"]) - 1
+        word = int(blk["waits"])   # flags | the rank data comes from << 2 | credit from << 18
         waits = [(peer, what) for flag, peer, what in
-                 ((WAITS_DATA, (rank - 1) % n, "data from"),
-                  (WAITS_CREDIT, (rank + 1) % n, "slot credit from"))
-                 if coll >= 0 and blk["waits"] & flag and peer != rank]
+                 ((WAITS_DATA, (word >> 2) & 0xFFFF, "data from"),
+                  (WAITS_CREDIT, (word >> 18) & 0xFFFF, "slot credit from"))
+                 if coll >= 0 and word & flag and peer != rank]
         per_block.append(dict(block=b, coll=coll if coll >= 0 else None,
                               loop=int(blk["step"]) // 1024, step=int(blk["step"]) % 1024,
                               waits=waits))

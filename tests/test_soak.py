@@ -59,7 +59,7 @@ def test_soak_command_short_form(capsys):
 
 
 def test_soak_schedules_are_reproducible_and_cover_the_engine():
-    from pydfccl.codes import DTYPES, KINDS, OPS
+    from pydfccl.codes import COLLECTIVE_KINDS as KINDS, DTYPES, OPS
     from pydfccl.soak import SoakOptions, draw_schedule
 
     opts = SoakOptions(max_ranks=4, max_count=300, max_colls=6)

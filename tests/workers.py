@@ -1,6 +1,7 @@
 """Worker functions for the engine tests: module-level so that rank processes can import
 them. Each returns plain data (lists, dicts) so results cross process boundaries."""
 
+import collections
 import os
 import time
 
@@ -13,15 +14,16 @@ from pydfccl.reference import buffer_elems, reference
 
 def _fill(comm, values: np.ndarray):
     buf = comm.empty(values.size, values.dtype)
-    if isinstance(buf, np.ndarray):
-        buf[...] = values
-    else:
-        buf.copy_to_device(values)
+    platform.copy_in(buf, values)
     return buf
 
 
 def _inputs(rank: int, count: int, dtype, salt: int) -> np.ndarray:
-    """Small integers so every reduction is exact in every dtype (prod stays tiny too)."""
+    """Small integers so every reduction is exact in every dtype (prod stays tiny too);
+    float16 and bfloat16 get values in [-4, 4) with more bits than they hold, so that their
+    sums round at every ring step and only a reference in the ring's order matches."""
+    if np.dtype(dtype).name in ("float16", "bfloat16"):
+        return np.random.default_rng([salt, rank]).uniform(-4, 4, count).astype(dtype)
     base = (np.arange(count) * 7 + salt * 3 + rank) % 5
     return (base + (1 if np.issubdtype(np.dtype(dtype), np.integer) else 0.5)).astype(dtype)
 
@@ -193,15 +195,16 @@ def collective_cases(comm, cases, rotate=False):
         send = _fill(comm, _inputs(comm.rank, send_elems, dtype, i))
         recv = _fill(comm, np.full(recv_elems, 99, dtype))    # poison: every element is written
         futures[i] = comm.run(i, send, recv)
-    return [platform.to_numpy(futures[i].result(timeout=120)).tolist()
+    return [platform.to_numpy(futures[i].result(timeout=120), cases[i][2]).tolist()
             for i in range(len(cases))]
 
 
-def expected_collective(kind, nranks, rank, count, dtype, op, root, salt):
-    """numpy's answer for one rank (None where the rank's output is unspecified)."""
+def expected_collective(kind, nranks, rank, count, dtype, op, root, salt, **sizes):
+    """numpy's answer for one rank (None where the rank's output is unspecified); ``sizes``:
+    the launch's nblocks and slot_bytes, which fix an all_reduce's order."""
     send_elems, _ = buffer_elems(kind, count, nranks)
     inputs = [_inputs(r, send_elems, dtype, salt) for r in range(nranks)]
-    return reference(kind, inputs, op, root, rank)
+    return reference(kind, inputs, op, root, rank, **sizes)
 
 
 def many_runs_without_waiting(comm, runs: int):
@@ -286,3 +289,66 @@ def dropped_or_kept_buffers(comm, drop: bool):
     warnings = [r.getMessage() for r in records if r.levelno >= logging.WARNING
                 and r.getMessage().startswith(f"rank {comm.rank}:")]
     return dict(results=results, stats=comm.stats(), warnings=warnings)
+
+
+def point_to_point(comm, transfers, runs: int):
+    """``transfers``: (coll_id, sender, receiver, count, dtype). Each rank registers the
+    transfers it takes part in, then submits its sends and receives ``runs`` times in an
+    order that differs by rank (receives first on odd ranks), and returns what it received,
+    by coll_id, for every run."""
+    mine = [t for t in transfers if comm.rank in (t[1], t[2])]
+    for cid, sender, receiver, count, dtype in mine:
+        if comm.rank == sender:
+            comm.prepare(cid, "send", count=count, dtype=dtype, peer=receiver)
+        else:
+            comm.prepare(cid, "recv", count=count, dtype=dtype, peer=sender)
+    comm.start()
+    order = sorted(mine, key=lambda t: (comm.rank == t[1]) == (comm.rank % 2 == 1))
+    received = collections.defaultdict(list)
+    for run in range(runs):
+        futures = []
+        for cid, sender, receiver, count, dtype in order:
+            if comm.rank == sender:
+                buf = _fill(comm, _inputs(sender, count, dtype, cid + 10 * run))
+            else:
+                buf = _fill(comm, np.full(count, 99, dtype))
+            futures.append((cid, comm.rank == receiver, comm.run(cid, buf)))
+        for cid, receiving, future in futures:
+            out = platform.to_numpy(future.result(timeout=120))
+            if receiving:
+                received[cid].append(out.tolist())
+    return dict(received)
+
+
+def bad_pair(comm, case):
+    """Point-to-point registrations that start() must refuse."""
+    if case == "both send":
+        comm.prepare(0, "send", count=4, peer=1 - comm.rank)
+    elif case == "wrong peer":   # rank 0 sends to 2, but rank 1 is the one receiving
+        if comm.rank < 2:
+            comm.prepare(0, "send" if comm.rank == 0 else "recv", count=4, peer=2)
+    else:   # the counts differ
+        comm.prepare(0, "send" if comm.rank == 0 else "recv", count=4 + comm.rank,
+                     peer=1 - comm.rank)
+    comm.start()
+
+
+def receive_before_sending(comm):
+    """Ranks 0 and 1 each receive from the other before sending to it: only a daemon that
+    preempts the waiting receive can run the send behind it."""
+    peer = 1 - comm.rank
+    comm.prepare(comm.rank, "send", count=100, dtype="int32", peer=peer)
+    comm.prepare(peer, "recv", count=100, dtype="int32", peer=peer)
+    comm.start()
+    got = comm.run(peer, _fill(comm, np.zeros(100, np.int32)))
+    sent = comm.run(comm.rank, _fill(comm, np.full(100, comm.rank + 7, np.int32)))
+    sent.result(timeout=120)
+    return platform.to_numpy(got.result(timeout=120)).tolist()
+
+
+def negative_average(comm):
+    """An int32 average whose sums are negative and not divisible by the rank count."""
+    comm.prepare(0, "all_reduce", count=4, dtype="int32", op="avg")
+    comm.start()
+    mine = np.array([[-3, -1, 2, -7], [0, 0, 1, 2]][comm.rank], np.int32)
+    return platform.to_numpy(comm.run(0, _fill(comm, mine)).result(timeout=120)).tolist()

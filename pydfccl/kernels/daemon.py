@@ -26,7 +26,7 @@ from .memory import (as_array, atomic_add_gpu, backoff, load_acquire, load_volat
                      now_ns, store_release, store_volatile)
 from .primitives import (F_POSTDIV, F_RECV, F_SEND, SPIN_ABORT, SPIN_PREEMPT, fence, move,
                          spin_wait)
-from .plans import loop_elems, plan_step, steps_per_loop
+from .plans import ALL_TO_ALL, loop_elems, plan_step, step_peers, steps_per_loop
 from .ring import channel_span
 
 __all__ = ["make_daemon", "compile_now", "DAEMON_SIGNATURE"]
@@ -49,8 +49,9 @@ P_CQ_RESERVE, P_DONE, P_COLLS, P_SQ_FRONTIER, P_TASKS = (
 # (cacheable, pipelined) loads and stores: the table is constant while the daemon runs and
 # a block's contexts belong to that block's thread 0 alone. Offsets in int64 words.
 COLL_WORDS, TASK_WORDS = L.COLL_SIZE // 8, L.TASK_SIZE // 8
-C_KIND, C_DTYPE, C_OP, C_COUNT, C_ROOT, C_NCH, C_ITEMSIZE = (
-    L.COLL_F[k] // 8 for k in ("kind", "dtype", "op", "count", "root", "nchannels", "itemsize"))
+C_KIND, C_DTYPE, C_OP, C_COUNT, C_ROOT, C_NCH, C_ITEMSIZE, C_CONN = (
+    L.COLL_F[k] // 8 for k in ("kind", "dtype", "op", "count", "root", "nchannels", "itemsize",
+                               "conn"))
 T_ACTIVE, T_SEQ, T_SEND, T_RECV, T_STEP, T_LOOP, T_TRIES, T_SENT, T_RECVD, T_PRIO = (
     L.TASK_F[k] // 8 for k in ("active", "seq", "send", "recv", "step", "loop", "tries", "sent",
                                "recvd", "priority"))
@@ -71,8 +72,8 @@ CMD_MOVE, CMD_EXIT = 1, 2
 (S_POS, S_CUR, S_TRIES_LEFT, S_THRESH, S_KIND, S_IDLE_SINCE, S_FRONTIER, S_STEP, S_LOOP,
  S_SENT, S_RECVD, S_SEND, S_RECV, S_BEGIN, S_END, S_NLOOPS, S_SLOT_ELEMS, S_DTYPE, S_OP,
  S_ITEMSIZE, S_TRIES, S_COMPLETED, S_PREEMPTIONS, S_PROGRESS, S_FLAGS, S_ROOT, S_COUNT,
- S_ABORT_SEEN, S_LOCAL, S_TRACE_HEAD) = range(30)
-S_WORDS = 30
+ S_ABORT_SEEN, S_LOCAL, S_TRACE_HEAD, S_CONN) = range(31)
+S_WORDS = 31
 
 # Host memory is a PCIe round trip away (about a microsecond), so the hot path avoids it: the
 # abort word is read at most every ABORT_CHECK_NS, and a block's status row (what the
@@ -88,8 +89,9 @@ DAEMON_SIGNATURE = "void(int64, int64, int64, int64, int64, int64, int64, int64)
 
 
 @cuda.jit(device=True)
-def _conn(base, coll, block, nblocks, conn_stride):
-    return base + HEADER_BYTES + (coll * nblocks + block) * conn_stride
+def _conn(base, conn, block, nblocks, conn_stride):
+    """Block ``block``'s connector of connector set ``conn`` in the pool at ``base``."""
+    return base + HEADER_BYTES + (conn * nblocks + block) * conn_stride
 
 
 @cuda.jit(device=True)
@@ -150,7 +152,9 @@ def _trace(st, pool, block, event, coll, detail, waited, flags):
 
 @cuda.jit(device=True)
 def _publish(st, status, waits):
-    """Write what this block waits for to its status row (host memory, for the watchdog)."""
+    """Write what this block waits for to its status row (host memory, for the watchdog):
+    ``waits`` is WAITS_DATA | WAITS_CREDIT flags, the rank the data comes from << 2 and the
+    rank the credit comes from << 18 (see watchdog.rank_status)."""
     store_volatile(status + BS_COLL, st[S_CUR] + 1)
     store_volatile(status + BS_STEP, st[S_LOOP] * 1024 + st[S_STEP])
     store_volatile(status + BS_WAITS, waits)
@@ -242,6 +246,7 @@ def make_daemon(policy):
         st[S_DTYPE] = colls[entry + C_DTYPE]
         st[S_OP] = colls[entry + C_OP]
         st[S_ITEMSIZE] = colls[entry + C_ITEMSIZE]
+        st[S_CONN] = colls[entry + C_CONN]
         begin, end, nloops, slot_elems = _span(colls, coll, block, nranks, slot_bytes)
         st[S_BEGIN] = begin
         st[S_END] = end
@@ -307,10 +312,14 @@ def make_daemon(policy):
             flags, in_first, out_first, n = plan_step(
                 st[S_KIND], rank, nranks, st[S_ROOT], st[S_COUNT], st[S_BEGIN], st[S_END],
                 st[S_LOOP], st[S_STEP], st[S_SLOT_ELEMS])
-            mine = _conn(pool, coll, block, nblocks, conn_stride)
+            to_rank, from_rank, conn = step_peers(st[S_KIND], rank, nranks, st[S_ROOT],
+                                                  st[S_STEP])
+            conn += st[S_CONN]
+            mine = _conn(pool, conn, block, nblocks, conn_stride)
             need_tail = st[S_RECVD] + 1 if flags & F_RECV else 0
             need_head = st[S_SENT] + 1 - nslots if flags & F_SEND else 0
-            waits = (1 if need_tail > 0 else 0) + (2 if need_head > 0 else 0)
+            waits = ((1 if need_tail > 0 else 0) + (2 if need_head > 0 else 0)
+                     + (from_rank << 2) + (to_rank << 18))
             budget = st[S_THRESH]
             waited = spin_wait(mine + CONN_TAIL, need_tail, mine + CONN_HEAD, need_head,
                                min(budget, QUICK_WAIT_NS), ctl + CTL_ABORT, st[S_LOCAL])
@@ -338,7 +347,7 @@ def make_daemon(policy):
 
             st[S_THRESH] = threshold_after_wait(params, st[S_THRESH], waited)
             st[S_IDLE_SINCE] = now_ns()
-            nxt = _conn(peers[(rank + 1) % nranks], coll, block, nblocks, conn_stride)
+            nxt = _conn(peers[to_rank], conn, block, nblocks, conn_stride)
             itemsize = st[S_ITEMSIZE]
             sh[SH_DTYPE] = st[S_DTYPE]
             sh[SH_N] = n
@@ -358,21 +367,31 @@ def make_daemon(policy):
     @cuda.jit(device=True)
     def post_step(st, ctl, pool, peers, rank, nranks, nslots, conn_stride, block, nblocks):
         """Thread 0, after the block moved a step: publish it to the neighbours."""
-        coll = st[S_CUR]
         flags = st[S_FLAGS]
+        to_rank, from_rank, conn = step_peers(st[S_KIND], rank, nranks, st[S_ROOT], st[S_STEP])
+        conn += st[S_CONN]
+        # A collective's slot counters count its sends and receives on a connector. An
+        # all_to_all sends and receives once per loop on each of its connector sets, so its
+        # counters count loops and advance when a loop ends.
+        per_loop = st[S_KIND] == ALL_TO_ALL
         fence(st[S_LOCAL])    # the block's data (ordered by the barrier), then the flags
         if flags & F_SEND:
-            st[S_SENT] += 1
-            nxt = _conn(peers[(rank + 1) % nranks], coll, block, nblocks, conn_stride)
-            store_volatile(nxt + CONN_TAIL, st[S_SENT])
+            nxt = _conn(peers[to_rank], conn, block, nblocks, conn_stride)
+            store_volatile(nxt + CONN_TAIL, st[S_SENT] + 1)
+            if not per_loop:
+                st[S_SENT] += 1
         if flags & F_RECV:
-            st[S_RECVD] += 1
-            prev = _conn(peers[(rank - 1 + nranks) % nranks], coll, block, nblocks, conn_stride)
-            store_volatile(prev + CONN_HEAD, st[S_RECVD])
+            prev = _conn(peers[from_rank], conn, block, nblocks, conn_stride)
+            store_volatile(prev + CONN_HEAD, st[S_RECVD] + 1)
+            if not per_loop:
+                st[S_RECVD] += 1
         st[S_STEP] += 1
         if st[S_STEP] == steps_per_loop(st[S_KIND], nranks):
             st[S_STEP] = 0
             st[S_LOOP] += 1
+            if per_loop:
+                st[S_SENT] += 1
+                st[S_RECVD] += 1
         st[S_PROGRESS] += 1
         if st[S_PROGRESS] % PROGRESS_EVERY == 0:
             store_volatile(_status(ctl, block) + BS_PROGRESS, st[S_PROGRESS])

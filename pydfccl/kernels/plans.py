@@ -16,7 +16,15 @@ broadcast          1           a chain from the root: the root sends (and copies
                                the middle ranks recvCopySend, root-1 receives
 reduce             1           a chain ending at the root: root+1 sends, the middle
                                ranks recvReduceSend, the root recvReduceCopy
+send, recv         1           point to point: send to ``peer`` (kept in ``root``), or
+                               receive from it
+all_to_all         2n-1        s=0 copy the own block; then for k=1..n-1 send block
+                               r+k to rank r+k and receive block r-k from rank r-k,
+                               through connector set k-1 (each set joins r to r+k)
 =================  ==========  ====================================================
+
+Ring kinds send to rank r+1 and receive from r-1 through the collective's connector set;
+``step_peers`` gives each step's (next, previous, connector set) for every kind.
 """
 
 from numba import cuda
@@ -25,10 +33,11 @@ from ..codes import KINDS
 from .primitives import COPY, F_POSTDIV, F_RECV, F_SEND, F_USER_IN, F_USER_OUT
 from .ring import chunk_span, ring_step
 
-__all__ = ["steps_per_loop", "loop_elems", "plan_step"]
+__all__ = ["steps_per_loop", "loop_elems", "plan_step", "step_peers", "connector_sets"]
 
-ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, BROADCAST, REDUCE = (
-    KINDS[k] for k in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce"))
+ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, BROADCAST, REDUCE, SEND, RECV, ALL_TO_ALL = (
+    KINDS[k] for k in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce",
+                       "send", "recv", "all_to_all"))
 
 COPY_SEND = F_USER_IN | F_SEND | F_USER_OUT
 RECV_COPY_SEND = F_RECV | F_SEND | F_USER_OUT
@@ -36,15 +45,32 @@ RECV_ONLY = F_RECV | F_USER_OUT
 SEND_ONLY = F_USER_IN | F_SEND
 RECV_REDUCE_SEND = F_RECV | F_USER_IN | F_SEND
 RECV_REDUCE_COPY = F_RECV | F_USER_IN | F_USER_OUT | F_POSTDIV
+COPY_ONLY = F_USER_IN | F_USER_OUT     # a copy that no op divides
 
 
 @cuda.jit(device=True)
 def steps_per_loop(kind, nranks):
-    if nranks == 1 or kind == BROADCAST or kind == REDUCE:
+    if nranks == 1 or kind == BROADCAST or kind == REDUCE or kind == SEND or kind == RECV:
         return 1
-    if kind == ALL_REDUCE:
+    if kind == ALL_REDUCE or kind == ALL_TO_ALL:
         return 2 * nranks - 1
     return nranks
+
+
+def connector_sets(kind: int, nranks: int) -> int:
+    """Connector sets a collective of ``kind`` uses (host side: assigns them at start)."""
+    return max(1, nranks - 1) if kind == ALL_TO_ALL else 1
+
+
+@cuda.jit(device=True)
+def step_peers(kind, rank, nranks, root, step):
+    """(rank sent to, rank received from, connector set within the collective's)."""
+    if kind == SEND or kind == RECV:
+        return root, root, 0
+    if kind == ALL_TO_ALL and step > 0:
+        k = (step + 1) // 2
+        return (rank + k) % nranks, (rank - k + nranks) % nranks, k - 1
+    return (rank + 1) % nranks, (rank - 1 + nranks) % nranks, 0
 
 
 @cuda.jit(device=True)
@@ -64,6 +90,17 @@ def plan_step(kind, rank, nranks, root, count, begin, end, loop, step, slot_elem
         return flags, first, first, n
     first = begin + loop * slot_elems
     n = min(slot_elems, end - first)
+    if kind == SEND:
+        return SEND_ONLY, first, first, n
+    if kind == RECV:
+        return RECV_ONLY, first, first, n
+    if kind == ALL_TO_ALL:      # ``count`` elements per peer; the block for rank j at j*count
+        if step == 0:
+            return COPY_ONLY, rank * count + first, rank * count + first, n
+        k = (step + 1) // 2
+        if step % 2 == 1:
+            return SEND_ONLY, ((rank + k) % nranks) * count + first, 0, n
+        return RECV_ONLY, 0, ((rank - k + nranks) % nranks) * count + first, n
     if nranks == 1:
         return COPY, first, first, n
     if kind == BROADCAST or kind == REDUCE:

@@ -15,12 +15,18 @@ Verbs (flag sets) as in NCCL's ``prims_simple.h``:
 ``RECV``              user_out = slot_in
 ``COPY``              user_out = post(user_in)  (a one-rank collective)
 ====================  ==========================================
+
+``op`` and ``post`` compute in the element type, except for float16 and bfloat16 (kept as
+uint16 bits): those compute in float32 and round back to 16 bits after every combine and
+after the division of ``avg``, as NCCL does (``numerics.py``).
 """
 
 import numpy as np
 from numba import cuda
 
 from .memory import as_array, backoff, fence_gpu, fence_sys, load_volatile, now_ns
+from .numerics import (bfloat16_to_float32, float16_to_float32, float32_to_bfloat16,
+                       float32_to_float16)
 from ..codes import DTYPES, OPS
 
 __all__ = [
@@ -103,33 +109,47 @@ def _combine(op, a, b):
     return a + b
 
 
-def _make_mover(nptype):
-    """The generic primitive for one element type (a factory, not a template)."""
-    integer = np.issubdtype(nptype, np.integer)
+@cuda.jit(device=True)
+def _same(v):
+    return v
+
+
+def _make_mover(storage, compute=None, widen=_same, narrow=_same):
+    """The generic primitive for elements stored as ``storage`` (a factory, not a template).
+
+    The 16-bit floats compute in a wider type (``compute``, float32): every combine widens
+    both operands, applies the op and ``narrow``s the result back (round to nearest even)
+    before it is sent on or stored, as NCCL reduces half and bfloat16 (``numerics.py``).
+    Copies move the stored elements untouched."""
+    compute = storage if compute is None else compute
+    integer = np.issubdtype(compute, np.integer)
 
     @cuda.jit(device=True)
     def _post(v, divisor):
-        if integer:
-            return v // divisor
-        return v / nptype(divisor)
+        if integer:         # C's division, as NCCL's: truncated toward zero
+            q = v // divisor
+            if q * divisor != v and v < 0:
+                q += 1
+            return q
+        return v / compute(divisor)
 
     @cuda.jit(device=True)
     def mover(n, flags, op, divisor, slot_in, user_in, slot_out, user_out):
-        src = as_array(slot_in, n if flags & F_RECV else 0, nptype)
-        mine = as_array(user_in, n if flags & F_USER_IN else 0, nptype)
-        dst = as_array(slot_out, n if flags & F_SEND else 0, nptype)
-        out = as_array(user_out, n if flags & F_USER_OUT else 0, nptype)
+        src = as_array(slot_in, n if flags & F_RECV else 0, storage)
+        mine = as_array(user_in, n if flags & F_USER_IN else 0, storage)
+        dst = as_array(slot_out, n if flags & F_SEND else 0, storage)
+        out = as_array(user_out, n if flags & F_USER_OUT else 0, storage)
         i = cuda.threadIdx.x
         stride = cuda.blockDim.x
         while i < n:
             if flags & F_RECV:
                 v = src[i]
                 if flags & F_USER_IN:
-                    v = _combine(op, v, mine[i])
+                    v = narrow(_combine(op, widen(v), widen(mine[i])))
             else:
                 v = mine[i]
             if flags & F_POSTDIV:
-                v = _post(v, divisor)
+                v = narrow(_post(widen(v), divisor))
             if flags & F_SEND:
                 dst[i] = v
             if flags & F_USER_OUT:
@@ -146,8 +166,11 @@ _move_i32 = _make_mover(np.int32)
 _move_i64 = _make_mover(np.int64)
 _move_i8 = _make_mover(np.int8)
 _move_u8 = _make_mover(np.uint8)
-DT_F32, DT_F64, DT_I32, DT_I64, DT_I8, DT_U8 = (
-    _DT[k] for k in ("float32", "float64", "int32", "int64", "int8", "uint8"))
+_move_f16 = _make_mover(np.float16, np.float32, float16_to_float32, float32_to_float16)
+_move_bf16 = _make_mover(np.uint16, np.float32, bfloat16_to_float32, float32_to_bfloat16)
+DT_F32, DT_F64, DT_I32, DT_I64, DT_I8, DT_U8, DT_F16, DT_BF16 = (
+    _DT[k] for k in ("float32", "float64", "int32", "int64", "int8", "uint8", "float16",
+                     "bfloat16"))
 
 
 @cuda.jit(device=True)
@@ -165,3 +188,7 @@ def move(dtype, n, flags, op, divisor, slot_in, user_in, slot_out, user_out):
         _move_i8(n, flags, op, divisor, slot_in, user_in, slot_out, user_out)
     elif dtype == DT_U8:
         _move_u8(n, flags, op, divisor, slot_in, user_in, slot_out, user_out)
+    elif dtype == DT_F16:
+        _move_f16(n, flags, op, divisor, slot_in, user_in, slot_out, user_out)
+    elif dtype == DT_BF16:
+        _move_bf16(n, flags, op, divisor, slot_in, user_in, slot_out, user_out)

@@ -101,7 +101,8 @@ def measure_latency(nranks: int, iters: int, warmup: int, count: int, dtype: str
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m pydfccl bench", description=__doc__.split("\n")[0],
+    p = argparse.ArgumentParser(prog="python -m pydfccl bench latency",
+                                description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     gpu = platform.gpu_available()
     p.add_argument("-n", "--nranks", type=int, default=2)

@@ -10,7 +10,8 @@ __all__ = ["SUBCOMMANDS", "main"]
 # name -> (module with main(argv) -> int, one-line help)
 SUBCOMMANDS = {
     "demo": ("pydfccl.demo", "the chaos test: disordered collectives, every result verified"),
-    "bench": ("pydfccl.bench", "latency benchmark against a kernel launch per collective"),
+    "bench": ("pydfccl.sweep", "nccl-tests-style size sweep against baselines; "
+                               "'bench latency' for small-message latency"),
     "risk": ("pydfccl.sched.risk", "the paper's deadlock-risk study (no GPU needed)"),
     "soak": ("pydfccl.soak", "many random schedules end to end, every output verified"),
 }

@@ -10,6 +10,7 @@ communicator is written against this module only.
 from __future__ import annotations
 
 import sys
+import threading
 import time
 
 import numpy as np
@@ -154,10 +155,16 @@ def destroy_stream(stream) -> None:
     driver.cuStreamDestroy(stream._pydfccl_handle)
 
 
+# The simulator runs one kernel at a time per process (a launch made while another runs is
+# taken for a device-function call): launches from several host threads take turns.
+_simulated_launch = threading.Lock()
+
+
 def launch(kernel, nblocks: int, nthreads: int, stream, args) -> None:
     """Launch ``kernel``; under the simulator this returns when the kernel has exited."""
     if SIMULATOR:
-        kernel[nblocks, nthreads](*args)
+        with _simulated_launch:
+            kernel[nblocks, nthreads](*args)
     else:
         kernel[nblocks, nthreads, stream](*args)
 

@@ -30,7 +30,7 @@ stage() {  # stage NAME TIMEOUT_S COMMAND...: log to $OUT/NAME.log, one summary 
 PY=python3
 case "${1:-quick}" in
   quick) stages="tests demo4 demo8_nccl bench" ;;
-  full)  stages="tests demo8 demo8_nccl demo4_sync replay timeline soak bench bench8" ;;
+  full)  stages="tests demo8 demo8_nccl demo4_sync replay timeline soak bench bench8 sweep4" ;;
   *)     stages="$*" ;;
 esac
 for s in $stages; do
@@ -42,11 +42,13 @@ for s in $stages; do
     demo8_nccl) stage demo8_nccl 45 $PY -m pydfccl demo -n 8 -k 8 -i 200 --policy nccl --no-progress ;;
     demo4_sync) stage demo4_sync 80 $PY -m pydfccl demo -n 4 -k 8 -i 20 --sync device --no-progress ;;
     demo8_sync) stage demo8_sync 100 $PY -m pydfccl demo -n 8 -k 8 -i 20 --sync device --no-progress ;;
-    bench)      stage bench 60 $PY -m pydfccl bench -n 2 --iters 10000 ;;
-    bench1)     stage bench1 60 $PY -m pydfccl bench -n 1 --iters 3000 ;;
-    bench8)     stage bench8 100 $PY -m pydfccl bench -n 8 --iters 1000 ;;
+    bench)      stage bench 60 $PY -m pydfccl bench latency -n 2 --iters 10000 ;;
+    bench1)     stage bench1 60 $PY -m pydfccl bench latency -n 1 --iters 3000 ;;
+    bench8)     stage bench8 100 $PY -m pydfccl bench latency -n 8 --iters 1000 ;;
     timeline)   stage timeline 100 $PY -m pydfccl demo -n 8 -k 8 -i 3 --no-progress --trace "$OUT/timeline8.json" --plot "$OUT/timeline8.png" ;;
     soak)       stage soak 300 $PY -m pydfccl soak --seconds 120 --no-progress ;;
+    sweep4)     # nccl-tests-style sizes, 8 B to 256 MiB on 4 ranks, with both baselines
+                stage sweep4 300 $PY -m pydfccl bench --nranks 4 -b 8 -e 268435456 -f 4 --baseline both --no-progress --csv "$OUT/sweep4.csv" ;;
     probe)      stage probe 60 $PY scripts/probe_timer.py ;;
     probe_host) stage probe_host 60 $PY scripts/probe_host.py ;;
     probe_latency) stage probe_latency 90 $PY scripts/probe_latency.py ;;

@@ -24,11 +24,34 @@ def test_every_subcommand_has_help(name, capsys):
     assert "usage:" in capsys.readouterr().out
 
 
-def test_bench_prints_daemon_and_baseline_rows(capsys):
-    assert cli.main(["bench", "--iters", "3", "--warmup", "1"]) == 0
+def test_bench_latency_prints_daemon_and_baseline_rows(capsys):
+    assert cli.main(["bench", "latency", "--iters", "3", "--warmup", "1"]) == 0
     out = capsys.readouterr().out
     assert "daemon (dfccl)" in out and "kernel launch per call" in out
     assert "x baseline" in out
+
+
+def test_bench_sweeps_sizes_in_nccl_tests_form(tmp_path, capsys):
+    import json
+
+    from pydfccl.sweep import bus_factor
+
+    out_json, out_csv = tmp_path / "b.json", tmp_path / "b.csv"
+    assert cli.main(["bench", "--coll", "all_gather", "--nranks", "3", "-b", "8", "-e", "512",
+                     "-f", "4", "-n", "2", "-w", "1", "--baseline", "launch", "--no-progress",
+                     "--json", str(out_json), "--csv", str(out_csv)]) == 0
+    out = capsys.readouterr().out
+    assert "size(B)" in out and "busbw(GB/s)" in out and "#wrong" in out
+    assert "Avg bus bandwidth" in out and "x daemon" in out
+    rows = json.loads(out_json.read_text())["rows"]
+    assert {r["mode"] for r in rows} == {"daemon", "launch"}
+    # size: all 3 ranks' blocks (3 x count x 4 bytes), count = bytes // (4 x 3), at least 1
+    assert [r["size"] for r in rows if r["mode"] == "daemon"] == [12, 24, 120, 504]
+    for r in rows:
+        assert r["wrong"] == 0
+        assert abs(r["busbw"] - r["algbw"] * 2 / 3) < 1e-9      # all_gather: (n-1)/n
+    assert out_csv.read_text().splitlines()[0].startswith("mode,size,count")
+    assert bus_factor("all_reduce", 4) == 1.5 and bus_factor("broadcast", 4) == 1.0
 
 
 def test_pydfccl_debug_configures_logging_or_names_a_bad_level():

@@ -1,0 +1,249 @@
+"""``python -m pydfccl bench``: a size sweep in nccl-tests' form.
+
+For each size from ``-b`` to ``-e`` (times ``-f``), every rank submits ``-n`` runs of one
+collective back to back (after ``-w`` warm-up runs) and waits for them; the time of a run is
+the slowest rank's wall time divided by ``-n``. Columns and bus-bandwidth factors follow
+nccl-tests (``doc/PERFORMANCE.md`` there): algbw = size / time, busbw = algbw x factor, with
+factor 2(n-1)/n for all_reduce, (n-1)/n for all_gather, reduce_scatter and all_to_all, and 1
+for broadcast and reduce. ``size`` is the bytes of the larger of a rank's two buffers, as
+nccl-tests prints it; ``count`` is the elements per rank as ``prepare`` takes it.
+
+Baselines are measured in the same run, with the same sizes and ranks: ``launch`` (the same
+kernels, a kernel launch per collective, no daemon) and ``nccl`` (the daemon under the
+``nccl`` policy: no preemption). Each row of a baseline shows its time over the daemon's.
+This is a benchmark: with ``-c`` it counts wrong elements (#wrong) but never fails a run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from . import platform
+from .codes import COLLECTIVE_KINDS, DTYPES, OPS
+from .launch import BACKENDS, launch
+from .reference import buffer_elems, reference
+from .sched.policies import policy_names
+
+__all__ = ["SweepOptions", "bus_factor", "sizes", "sweep_worker", "run_sweep", "main"]
+
+BASELINES = {"launch": dict(policy="nccl", persistent=False), "nccl": dict(policy="nccl")}
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    coll: str = "all_reduce"
+    nranks: int = 2
+    minbytes: int = 8
+    maxbytes: int = 1 << 20
+    stepfactor: int = 2
+    iters: int = 20
+    warmup: int = 5
+    check: bool = True
+    dtype: str = "float32"
+    op: str = "sum"
+    root: int = 0
+    policy: str = "dfccl"
+    progress: bool = True
+
+
+def bus_factor(coll: str, nranks: int) -> float:
+    """nccl-tests' busbw / algbw for ``coll`` on ``nranks`` ranks."""
+    if coll == "all_reduce":
+        return 2 * (nranks - 1) / nranks
+    if coll in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (nranks - 1) / nranks
+    return 1.0
+
+
+def count_for(coll: str, nbytes: int, itemsize: int, nranks: int) -> int:
+    """Elements per rank (``prepare``'s count) for a size in nccl-tests' sense."""
+    per_rank = nranks if coll in ("all_gather", "reduce_scatter", "all_to_all") else 1
+    return max(1, nbytes // (itemsize * per_rank))
+
+
+def sizes(opts: SweepOptions) -> list[tuple[int, int]]:
+    """(size in bytes, count) for each step of the sweep; sizes that round to the same
+    count are measured once."""
+    itemsize = np.dtype(opts.dtype).itemsize
+    out, nbytes = [], opts.minbytes
+    while nbytes <= opts.maxbytes:
+        count = count_for(opts.coll, nbytes, itemsize, opts.nranks)
+        if not out or out[-1][1] != count:
+            send, recv = buffer_elems(opts.coll, count, opts.nranks)
+            out.append((max(send, recv) * itemsize, count))
+        nbytes *= max(2, opts.stepfactor)
+    return out
+
+
+def _input(rank: int, elems: int, dtype: str) -> np.ndarray:
+    """Small integers: every op is exact in every dtype, at any rank count."""
+    return ((np.arange(elems) * 7 + rank) % 3 + 1).astype(dtype)
+
+
+def sweep_worker(comm, opts: SweepOptions, steps: list) -> list[dict]:
+    """One rank's sweep: a collective per size, timed over ``iters`` back-to-back runs."""
+    for i, (_, count) in enumerate(steps):
+        comm.prepare(i, opts.coll, count=count, dtype=opts.dtype, op=opts.op, root=opts.root)
+    comm.start()
+    bar = None
+    if opts.progress and comm.rank == 0:
+        from tqdm import tqdm
+        bar = tqdm(total=len(steps), desc=f"bench {opts.coll}", unit="size", file=sys.stderr)
+    rows = []
+    for i, (nbytes, count) in enumerate(steps):
+        send_elems, recv_elems = buffer_elems(opts.coll, count, comm.nranks)
+        send = comm.empty(send_elems, opts.dtype)
+        platform.copy_in(send, _input(comm.rank, send_elems, opts.dtype))
+        recv = comm.empty(recv_elems, opts.dtype)
+        for _ in range(opts.warmup):
+            comm.run(i, send, recv).result(timeout=600)
+        t0 = time.perf_counter()
+        futures = [comm.run(i, send, recv) for _ in range(opts.iters)]
+        for f in futures:
+            f.result(timeout=600)
+        seconds = (time.perf_counter() - t0) / max(1, opts.iters)
+        wrong = -1
+        if opts.check:
+            want = reference(opts.coll, [_input(r, send_elems, opts.dtype)
+                                         for r in range(comm.nranks)], opts.op, opts.root,
+                             comm.rank)
+            got = platform.to_numpy(recv, opts.dtype)
+            wrong = 0 if want is None else int(np.count_nonzero(got[:want.size] != want))
+        rows.append(dict(size=nbytes, count=count, seconds=seconds, wrong=wrong))
+        if bar:
+            bar.update(1)
+    if bar:
+        bar.close()
+    return rows
+
+
+def run_sweep(opts: SweepOptions, mode: str = "daemon", backend=None) -> list[dict]:
+    """The sweep in one mode (``daemon`` or a key of BASELINES); one row per size with the
+    slowest rank's time and the wrong elements summed over ranks."""
+    steps = sizes(opts)
+    options = BASELINES.get(mode, dict(policy=opts.policy))
+    per_rank = launch(sweep_worker, opts.nranks, backend=backend, args=(opts, steps),
+                      **options)
+    factor = bus_factor(opts.coll, opts.nranks)
+    rows = []
+    for i, (nbytes, count) in enumerate(steps):
+        seconds = max(r[i]["seconds"] for r in per_rank)
+        wrongs = [r[i]["wrong"] for r in per_rank]
+        algbw = nbytes / seconds / 1e9
+        rows.append(dict(mode=mode, size=nbytes, count=count, type=opts.dtype, redop=opts.op,
+                         root=opts.root if opts.coll in ("broadcast", "reduce") else -1,
+                         time_us=seconds * 1e6, algbw=algbw, busbw=algbw * factor,
+                         wrong=sum(wrongs) if min(wrongs) >= 0 else -1))
+    return rows
+
+
+def format_table(rows: list[dict], base: dict | None) -> str:
+    """nccl-tests' columns, plus the time over the daemon's for a baseline."""
+    head = (f"{'mode':>8} {'size(B)':>12} {'count':>10} {'type':>8} {'redop':>6} {'root':>5} "
+            f"{'time(us)':>10} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12} {'#wrong':>7}")
+    if base:
+        head += f" {'x daemon':>9}"
+    lines = [head]
+    for r in rows:
+        line = (f"{r['mode']:>8} {r['size']:>12} {r['count']:>10} {r['type']:>8} "
+                f"{r['redop']:>6} {r['root']:>5} {r['time_us']:>10.1f} {r['algbw']:>12.3f} "
+                f"{r['busbw']:>12.3f} {r['wrong'] if r['wrong'] >= 0 else 'N/A':>7}")
+        if base:
+            line += f" {r['time_us'] / base[r['size']]:>9.2f}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def plot(results: dict, path: str, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for mode, rows in results.items():
+        ax.plot([r["size"] for r in rows], [r["busbw"] for r in rows], marker="o", label=mode)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("size (bytes)")
+    ax.set_ylabel("bus bandwidth (GB/s)")
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    gpu = platform.gpu_available()
+    p = argparse.ArgumentParser(prog="python -m pydfccl bench", description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--coll", default="all_reduce", choices=COLLECTIVE_KINDS)
+    p.add_argument("--nranks", type=int, default=2)
+    p.add_argument("-b", "--minbytes", type=int, default=8)
+    p.add_argument("-e", "--maxbytes", type=int, default=(32 << 20) if gpu else 4096)
+    p.add_argument("-f", "--stepfactor", type=int, default=2)
+    p.add_argument("-n", "--iters", type=int, default=20 if gpu else 3)
+    p.add_argument("-w", "--warmup", type=int, default=5 if gpu else 1)
+    p.add_argument("-c", "--check", type=int, default=1, choices=(0, 1),
+                   help="count wrong elements (#wrong)")
+    p.add_argument("-d", "--datatype", default="float32", choices=list(DTYPES))
+    p.add_argument("-o", "--op", default="sum", choices=list(OPS))
+    p.add_argument("-r", "--root", type=int, default=0)
+    p.add_argument("--policy", default="dfccl", choices=policy_names())
+    p.add_argument("--baseline", default="launch", choices=("none", "launch", "nccl", "both"),
+                   help="launch: a kernel launch per collective; nccl: the no-preemption "
+                        "policy")
+    p.add_argument("--backend", choices=BACKENDS, default=None)
+    p.add_argument("--csv", metavar="FILE", help="write every row as CSV")
+    p.add_argument("--json", metavar="FILE", help="write every row as JSON")
+    p.add_argument("--plot", metavar="FILE", help="draw busbw against size (PNG)")
+    p.add_argument("--no-progress", action="store_true")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    if argv and argv[0] == "latency":          # the small-message latency benchmark
+        from .bench import main as latency_main
+        return latency_main(argv[1:])
+    args = build_parser().parse_args(argv)
+    opts = SweepOptions(coll=args.coll, nranks=args.nranks, minbytes=args.minbytes,
+                        maxbytes=args.maxbytes, stepfactor=args.stepfactor, iters=args.iters,
+                        warmup=args.warmup, check=bool(args.check), dtype=args.datatype,
+                        op=args.op, root=args.root, policy=args.policy,
+                        progress=not args.no_progress)
+    if not 0 <= opts.root < opts.nranks:
+        print(f"bench: root {opts.root} out of range for {opts.nranks} ranks", file=sys.stderr)
+        return 2
+    where = "GPU" if platform.gpu_available() else "CUDA simulator (CPU)"
+    print(f"# pydfccl bench on the {where}: {opts.coll}, {opts.nranks} ranks, policy "
+          f"{opts.policy}, {opts.iters} runs per size after {opts.warmup} warm-up")
+    modes = ["daemon"] + {"none": [], "launch": ["launch"], "nccl": ["nccl"],
+                          "both": ["launch", "nccl"]}[args.baseline]
+    results = {mode: run_sweep(opts, mode, args.backend) for mode in modes}
+    base = {r["size"]: r["time_us"] for r in results["daemon"]}
+    for mode, rows in results.items():
+        print(format_table(rows, base if mode != "daemon" else None))
+        avg = np.mean([r["busbw"] for r in rows])
+        print(f"# {mode}: Avg bus bandwidth    : {avg:.3f} GB/s")
+    all_rows = [r for rows in results.values() for r in rows]
+    if args.csv:
+        import csv
+        with open(args.csv, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(all_rows[0]))
+            writer.writeheader()
+            writer.writerows(all_rows)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(options=asdict(opts), rows=all_rows), f, indent=1)
+    if args.plot:
+        plot(results, args.plot, f"pydfccl {opts.coll}, {opts.nranks} ranks ({where})")
+    wrong = sum(max(0, r["wrong"]) for r in all_rows)
+    if wrong:
+        print(f"# {wrong} wrong elements", file=sys.stderr)
+    return 0

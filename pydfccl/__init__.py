@@ -5,7 +5,11 @@ primitive spins past its budget, resumes it later exactly where it stopped, and 
 voluntarily when idle or stuck so that GPU synchronizations can complete.
 """
 
-from .communicator import Communicator
+from .mpi import use_simulator_without_gpu as _use_simulator_without_gpu
+
+_use_simulator_without_gpu()   # under mpiexec without a GPU; must come before Numba loads
+
+from .communicator import Communicator  # noqa: E402
 from .errors import AbortedError, DeadlockError, PydfcclError, RankFailedError
 from .group import close_all, init_all, start_all
 from .launch import BACKENDS, launch

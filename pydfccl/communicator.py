@@ -154,6 +154,15 @@ class Communicator:
             60.0 if platform.SIMULATOR else 20.0)
         self._watchdog = Watchdog(world, rank, timeout, self._describe_coll)
 
+    @classmethod
+    def from_mpi(cls, mpi_comm, *, policy="dfccl", watchdog_timeout: float | None = None,
+                 persistent: bool = True, **sizes) -> "Communicator":
+        """This process's rank of a world of ``mpi_comm.size`` ranks, one per MPI process
+        (``mpiexec``); ``sizes`` as for ``launch``. See :mod:`pydfccl.mpi`."""
+        from .mpi import communicator_from_mpi
+        return communicator_from_mpi(mpi_comm, policy=policy, watchdog_timeout=watchdog_timeout,
+                                     persistent=persistent, **sizes)
+
     # -- registration ----------------------------------------------------------------------
 
     def prepare(self, coll_id: int, kind: str, count: int, dtype="float32", op: str = "sum",

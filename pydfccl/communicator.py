@@ -159,9 +159,21 @@ class Communicator:
                  persistent: bool = True, **sizes) -> "Communicator":
         """This process's rank of a world of ``mpi_comm.size`` ranks, one per MPI process
         (``mpiexec``); ``sizes`` as for ``launch``. See :mod:`pydfccl.mpi`."""
-        from .mpi import communicator_from_mpi
-        return communicator_from_mpi(mpi_comm, policy=policy, watchdog_timeout=watchdog_timeout,
-                                     persistent=persistent, **sizes)
+        from .mpi import communicator_from_group
+        return communicator_from_group(mpi_comm, policy=policy,
+                                       watchdog_timeout=watchdog_timeout,
+                                       persistent=persistent, **sizes)
+
+    @classmethod
+    def from_env(cls, *, policy="dfccl", watchdog_timeout: float | None = None,
+                 persistent: bool = True, **sizes) -> "Communicator":
+        """This process's rank when a torchrun-style launcher set RANK, WORLD_SIZE,
+        MASTER_ADDR and MASTER_PORT (rank 0 serves a loopback store there)."""
+        from .mpi import communicator_from_group
+        from .store import StoreGroup
+        return communicator_from_group(StoreGroup(), policy=policy,
+                                       watchdog_timeout=watchdog_timeout,
+                                       persistent=persistent, **sizes)
 
     # -- registration ----------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from . import platform
 from .errors import PydfcclError, RankFailedError
 from .codes import COLLECTIVE_KINDS as KINDS
 from .launch import BACKENDS, default_backend, launch
-from .mpi import in_mpi_job, run_under_mpi
+from .mpi import current_group, run_in_group
 from .reference import buffer_elems, reference
 from .sched.policies import policy_names
 from .trace import plot_timeline, to_chrome
@@ -226,26 +226,25 @@ def main(argv: list[str]) -> int:
                        in_order=args.in_order, progress=not args.no_progress,
                        status_every=args.status_every, kinds=_kinds(args.kinds),
                        trace=bool(args.trace or args.plot))
-    mpi_rank = None
-    if in_mpi_job():            # mpiexec started one process per rank: use them
-        from mpi4py import MPI
-        mpi_rank = MPI.COMM_WORLD.rank
-        opts = replace(opts, nranks=MPI.COMM_WORLD.size)
+    group = current_group()    # mpiexec or torchrun started one process per rank: use them
+    group_rank = None if group is None else group.rank
+    if group is not None:
+        opts = replace(opts, nranks=group.size)
     if not opts.in_order:
         chaos_orders(opts.colls, opts.nranks, np.random.default_rng(0))  # validates K >= N
     where = "GPU" if platform.gpu_available() else "CUDA simulator (CPU)"
-    if not mpi_rank:
+    if not group_rank:
         print(f"pydfccl chaos demo on the {where}: {opts.nranks} ranks"
-              f"{' (MPI processes)' if mpi_rank is not None else ''}, {opts.colls} collectives "
+              f"{' (a process each)' if group_rank is not None else ''}, {opts.colls} collectives "
               f"({', '.join(opts.kinds)}) of {opts.count} x {opts.dtype} per iteration, "
               f"{opts.iters} iterations, policy {opts.policy}, sync {opts.sync}, "
               f"{'in order' if opts.in_order else '100% disorder'}", flush=True)
     try:
-        if mpi_rank is None:
+        if group_rank is None:
             per_rank = run_demo(opts, backend=args.backend, watchdog_timeout=args.watchdog)
         else:
-            per_rank = run_under_mpi(chaos_worker, args=(opts,), policy=opts.policy,
-                                     watchdog_timeout=args.watchdog)
+            per_rank = run_in_group(chaos_worker, group, args=(opts,), policy=opts.policy,
+                                    watchdog_timeout=args.watchdog)
             if per_rank is None:      # not rank 0: rank 0 reports for everyone
                 return 0
     except RankFailedError as exc:

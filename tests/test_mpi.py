@@ -26,7 +26,7 @@ def test_demo_under_mpiexec_verifies_every_result():
     done = _mpiexec(3, "-m", "pydfccl", "demo", "-i", "2", "-k", "4", "--kinds", "all",
                     "--no-progress")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "3 ranks (MPI processes)" in done.stdout
+    assert "3 ranks (a process each)" in done.stdout
     assert "outputs verified: 24 " in done.stdout     # 4 kinds (no reduce) x 3 ranks x 2
 
 

@@ -1,0 +1,41 @@
+"""Ranks started one process each with torchrun's variables (RANK, WORLD_SIZE, MASTER_ADDR,
+MASTER_PORT), no MPI: rank 0 serves a loopback store. The chaos demo completes, and a rank
+that never joins is named instead of waited for."""
+
+import os
+import socket
+import subprocess
+import sys
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start(rank, size, port, *argv, extra=None):
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    env.update(RANK=str(rank), WORLD_SIZE=str(size), MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(port), **(extra or {}))
+    return subprocess.Popen([sys.executable, "-m", "pydfccl", "demo", *argv], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_demo_with_torchrun_variables_verifies_every_result():
+    port = _free_port()
+    procs = [_start(r, 3, port, "-i", "2", "-k", "3", "--no-progress") for r in range(3)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], outs
+    stdout = outs[0][0]
+    assert "3 ranks (a process each)" in stdout and "outputs verified: 18 " in stdout
+    assert outs[1][0] == outs[2][0] == ""        # rank 0 reports for everyone
+
+
+def test_a_rank_that_never_joins_is_named():
+    port = _free_port()
+    lonely = _start(0, 2, port, "-i", "1", "-k", "2", "--no-progress",
+                    extra=dict(PYDFCCL_JOIN_TIMEOUT="3"))
+    out, err = lonely.communicate(timeout=120)
+    assert lonely.returncode != 0
+    assert "rank 1 did not arrive within 3 s" in out + err

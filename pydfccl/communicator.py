@@ -140,6 +140,7 @@ class Communicator:
         self._drain_lock = threading.Lock()
         self._helpers = 0          # threads waiting in Future.result() right now
         self._helped_at = 0.0      # when the last of them stopped (perf_counter)
+        self._beat_at = 0
         self._threads: list[threading.Thread] = []
         ctl = world.ctl
         self._sq = {name: ctl["sq"][name][rank] for name in L.SQ_ENTRY.names}
@@ -247,6 +248,7 @@ class Communicator:
             np.int64(cfg.nslots), np.int64(cfg.slot_bytes), np.int64(cfg.conn_stride))
         self._trace_drained_at = time.monotonic()
         poller.add(self)
+        self._beat(time.monotonic_ns(), force=True)   # peers now watch this rank's heartbeat
         if self.persistent:
             thread = threading.Thread(target=self._launch_loop,
                                       name=f"pydfccl-r{self.rank}-launcher", daemon=True)
@@ -391,6 +393,7 @@ class Communicator:
             return
         started = self._state == "started"
         self._state = "closed"
+        self._row["heartbeat"] = -1      # gone on purpose: not a failure for the peers
         self._row["abort"] = 1
         with self._lock:
             self._wake.notify_all()
@@ -462,6 +465,14 @@ class Communicator:
 
     TRACE_DRAIN_SECONDS = 0.01   # before a busy block's event ring (4096 records) wraps
 
+    HEARTBEAT_NS = 10_000_000
+
+    def _beat(self, now_ns: int, force: bool = False) -> None:
+        """Tell the peers this rank's host is alive (the poller calls it every loop)."""
+        if force or now_ns - self._beat_at > self.HEARTBEAT_NS:
+            self._row["heartbeat"] = now_ns
+            self._beat_at = now_ns
+
     def _needs_polling(self) -> bool:
         return self._state == "started" and self._error is None and (
             self._outstanding() > 0 or bool(self._row["host_blocked"][0]))
@@ -481,9 +492,8 @@ class Communicator:
                 if self._state == "started":    # a peer's watchdog, or a failed rank
                     self._set_error(self._abort_error())
                 return False
-            report = self._watchdog.check()
-            if report:
-                self._set_error(DeadlockError(report))
+            if self._watchdog.check():
+                self._set_error(self._abort_error())   # a deadlock, or a peer that died
             elif time.monotonic() - self._trace_drained_at > self.TRACE_DRAIN_SECONDS:
                 self._trace_drained_at = time.monotonic()
                 self._tracer.drain()

@@ -60,7 +60,9 @@ CTL_ROW = np.dtype([
     ("host_submitted", I8),
     ("host_completed", I8),
     ("peers_local", I8),   # 1 when every peer's memory is on this GPU (GPU-scope fences do)
-    ("pad", I8, 3),
+    ("heartbeat", I8),     # the host's CLOCK_MONOTONIC in ns, refreshed by the poller;
+    #                        -1 once the communicator closed, 0 before it started
+    ("pad", I8, 2),
     ("params", I8, 8),
     ("blocks", BLOCK_STATUS, MAX_BLOCKS),
     ("sq", SQ_ENTRY, SQ_CAP),

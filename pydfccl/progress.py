@@ -7,7 +7,9 @@ instead. While collectives are outstanding it watches all their next CQ stamps a
 the GIL released (``hostspin``), then completes futures and runs done-callbacks, runs each
 communicator's watchdog, and drains its event log before the ring wraps. It leaves the GIL
 alone while a rank thread is itself waiting in ``Future.result()`` (that thread drains its
-own CQ), and sleeps on a condition when nothing is outstanding.
+own CQ), and sleeps on a condition (50 ms at a time) when nothing is outstanding. Every
+turn it refreshes each communicator's heartbeat in the shared control rows: a peer whose
+heartbeat stops is reported as a failed rank (``watchdog.silent_ranks``).
 """
 
 from __future__ import annotations
@@ -62,6 +64,9 @@ class Poller:
         quiet = 0
         while True:
             with self._cond:
+                now = time.monotonic_ns()
+                for c in self._comms:
+                    c._beat(now)
                 busy = [c for c in self._comms if c._needs_polling()]
                 if not busy:
                     self.sleeping = True

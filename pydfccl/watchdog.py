@@ -7,11 +7,12 @@ the same verdict; the first one writes the report that all ranks raise.
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
 
-__all__ = ["Watchdog", "wait_for_report", "rank_status"]
+__all__ = ["Watchdog", "wait_for_report", "rank_status", "silent_ranks", "HEARTBEAT_TIMEOUT"]
 
 WAITS_DATA, WAITS_CREDIT = 1, 2
 
@@ -72,6 +73,18 @@ def wait_for_report(world, describe) -> tuple[str, list | None]:
     return "\n".join(lines), cycle
 
 
+HEARTBEAT_TIMEOUT = float(os.environ.get("PYDFCCL_HEARTBEAT_TIMEOUT", "10"))
+
+
+def silent_ranks(world, timeout: float = HEARTBEAT_TIMEOUT) -> dict:
+    """{rank: seconds since its host's last heartbeat} for the ranks whose host started,
+    has not closed, and has been silent for ``timeout``: its process died or hangs."""
+    now = time.monotonic_ns()
+    beats = world.ctl["heartbeat"]
+    return {r: (now - int(b)) / 1e9 for r, b in enumerate(beats)
+            if b > 0 and now - int(b) > timeout * 1e9}
+
+
 class Watchdog:
     def __init__(self, world, rank: int, timeout: float, describe):
         self.world = world
@@ -81,6 +94,13 @@ class Watchdog:
         self._signature = None
         self._since = time.monotonic()
         self._next_look = 0.0
+
+    def _abort(self, report: str) -> str:
+        """Leave ``report`` for every rank (unless another was first) and abort them all."""
+        if not self.world.ctl["abort"].any():
+            self.world.set_report(report)
+        self.world.abort_all()
+        return self.world.get_report() or report
 
     def _progress_signature(self) -> bytes:
         blocks = self.world.ctl["blocks"][:, : self.world.config.nblocks]
@@ -93,6 +113,11 @@ class Watchdog:
         if now < self._next_look:
             return None
         self._next_look = now + min(0.05, self.timeout / 10)
+        silent = silent_ranks(self.world)
+        if silent:      # a peer's host is gone: waiting for the stall timeout helps no one
+            names = ", ".join(f"rank {r} (no heartbeat for {s:.1f} s)" for r, s in silent.items())
+            return self._abort(f"rank failure: {names}: its process died or hangs "
+                               f"(seen by rank {self.rank})")
         signature = self._progress_signature()
         if signature != self._signature:
             self._signature, self._since = signature, now
@@ -100,9 +125,5 @@ class Watchdog:
         if now - self._since < self.timeout:
             return None
         text, _ = wait_for_report(self.world, self.describe)
-        report = (f"deadlock: no progress on any rank for {self.timeout:.1f} s "
-                  f"(seen by rank {self.rank})\n{text}")
-        if not self.world.ctl["abort"].any():
-            self.world.set_report(report)
-        self.world.abort_all()
-        return self.world.get_report() or report
+        return self._abort(f"deadlock: no progress on any rank for {self.timeout:.1f} s "
+                           f"(seen by rank {self.rank})\n{text}")

@@ -39,3 +39,44 @@ def test_a_rank_that_never_joins_is_named():
     out, err = lonely.communicate(timeout=120)
     assert lonely.returncode != 0
     assert "rank 1 did not arrive within 3 s" in out + err
+
+
+KILLED = """
+import os, signal, time
+import numpy as np
+import pydfccl
+comm = pydfccl.Communicator.from_env()
+comm.prepare(0, "all_reduce", count=8, dtype="int64")
+comm.start()
+if comm.rank == 2:
+    os.kill(os.getpid(), signal.SIGKILL)     # dies with its peers' collective pending
+t0 = time.monotonic()
+try:
+    comm.run(0, np.ones(8, np.int64)).result(timeout=120)
+    print("completed?!")
+except pydfccl.PydfcclError as exc:
+    print(f"rank {comm.rank} after {time.monotonic() - t0:.1f} s: {exc}")
+comm.close()
+"""
+
+
+def test_a_killed_rank_is_named_within_the_heartbeat_timeout(tmp_path):
+    script = tmp_path / "killed.py"
+    script.write_text(KILLED)
+    segments_before = set(os.listdir("/dev/shm"))
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    env.update(WORLD_SIZE="3", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+               PYDFCCL_HEARTBEAT_TIMEOUT="3")
+    procs = [subprocess.Popen([sys.executable, str(script)], env=dict(env, RANK=str(r)),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for r in range(3)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert procs[2].returncode == -9
+    for rank in (0, 1):
+        out = outs[rank][0]
+        assert f"rank {rank} after" in out, outs[rank]
+        assert "rank failure: rank 2 (no heartbeat for" in out, out
+        seconds = float(out.split(" after ")[1].split(" s:")[0])
+        assert seconds < 30, out
+    assert set(os.listdir("/dev/shm")) <= segments_before    # rank 0 unlinked its segments

@@ -23,16 +23,23 @@ from .sched.policies import policy_names
 __all__ = ["latency_worker", "measure_latency", "main"]
 
 
+def _input(rank: int, count: int, dtype: str) -> np.ndarray:
+    return np.full(count, rank + 1, dtype=dtype)
+
+
+def _check(y, rank: int, nranks: int, count: int, dtype: str) -> None:
+    """The all-reduce of every rank's ``_input``: 1 + 2 + ... + nranks everywhere."""
+    got = platform.to_numpy(y, dtype)
+    if not np.array_equal(got, np.full(count, nranks * (nranks + 1) // 2, dtype=dtype)):
+        raise AssertionError(f"rank {rank}: wrong all-reduce result {got[:4]}...")
+
+
 def latency_worker(comm, iters: int, warmup: int, count: int, dtype: str) -> dict:
     comm.prepare(0, "all_reduce", count=count, dtype=dtype)
     comm.start()
     x = comm.empty(count, dtype)
     y = comm.empty(count, dtype)
-    host = np.full(count, comm.rank + 1, dtype=dtype)
-    if isinstance(x, np.ndarray):
-        x[...] = host
-    else:
-        x.copy_to_device(host)
+    platform.copy_in(x, _input(comm.rank, count, dtype))
     times = np.empty(iters)
     submit = np.empty(iters)
     for i in range(warmup + iters):
@@ -44,10 +51,7 @@ def latency_worker(comm, iters: int, warmup: int, count: int, dtype: str) -> dic
         if i >= warmup:
             times[i - warmup] = t2 - t0
             submit[i - warmup] = t1 - t0
-    got = platform.to_numpy(y)
-    want = np.full(count, comm.nranks * (comm.nranks + 1) // 2, dtype=dtype)
-    if not np.array_equal(got, want):
-        raise AssertionError(f"rank {comm.rank}: wrong all-reduce result {got[:4]}...")
+    _check(y, comm.rank, comm.nranks, count, dtype)
     return dict(times_us=times * 1e6, submit_us=submit * 1e6, stats=comm.stats())
 
 
@@ -63,7 +67,7 @@ def one_thread_latency(nranks: int, iters: int, warmup: int, count: int, dtype: 
         xs = [comm.empty(count, dtype) for comm in comms]
         ys = [comm.empty(count, dtype) for comm in comms]
         for rank, x in enumerate(xs):
-            x.copy_to_device(np.full(count, rank + 1, dtype=dtype))
+            platform.copy_in(x, _input(rank, count, dtype))
         times, submit = np.empty(iters), np.empty(iters)
         for i in range(warmup + iters):
             t0 = time.perf_counter()
@@ -74,10 +78,8 @@ def one_thread_latency(nranks: int, iters: int, warmup: int, count: int, dtype: 
             if i >= warmup:
                 times[i - warmup] = time.perf_counter() - t0
                 submit[i - warmup] = (t1 - t0) / nranks
-        want = np.full(count, nranks * (nranks + 1) // 2, dtype=dtype)
         for rank, y in enumerate(ys):
-            if not np.array_equal(platform.to_numpy(y), want):
-                raise AssertionError(f"rank {rank}: wrong all-reduce result")
+            _check(y, rank, nranks, count, dtype)
         stats = [comm.stats() for comm in comms]
     finally:
         close_all(comms)

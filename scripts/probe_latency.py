@@ -12,18 +12,10 @@ from concurrent.futures import Future
 
 import numpy as np
 
+from pydfccl import init_all, start_all
 from pydfccl import layout as L
 from pydfccl.buffers import buffer_info
-from pydfccl import init_all, start_all
-
-
-def _time(fn, n=2000):
-    out = np.empty(n)
-    for i in range(n):
-        t0 = time.perf_counter()
-        fn()
-        out[i] = time.perf_counter() - t0
-    return np.median(out) * 1e6
+from probe_host import _time   # this script's folder is on its path
 
 
 def main(iters=3000, nranks=2):

@@ -72,8 +72,8 @@ CMD_MOVE, CMD_EXIT = 1, 2
 (S_POS, S_CUR, S_TRIES_LEFT, S_THRESH, S_KIND, S_IDLE_SINCE, S_FRONTIER, S_STEP, S_LOOP,
  S_SENT, S_RECVD, S_SEND, S_RECV, S_BEGIN, S_END, S_NLOOPS, S_SLOT_ELEMS, S_DTYPE, S_OP,
  S_ITEMSIZE, S_TRIES, S_COMPLETED, S_PREEMPTIONS, S_PROGRESS, S_FLAGS, S_ROOT, S_COUNT,
- S_ABORT_SEEN, S_LOCAL, S_TRACE_HEAD, S_CONN) = range(31)
-S_WORDS = 31
+ S_ABORT_SEEN, S_LOCAL, S_TRACE_HEAD, S_CONN, S_TO_CONN, S_FROM_CONN) = range(33)
+S_WORDS = 33
 
 # Host memory is a PCIe round trip away (about a microsecond), so the hot path avoids it: the
 # abort word is read at most every ABORT_CHECK_NS, and a block's status row (what the
@@ -348,6 +348,8 @@ def make_daemon(policy):
             st[S_THRESH] = threshold_after_wait(params, st[S_THRESH], waited)
             st[S_IDLE_SINCE] = now_ns()
             nxt = _conn(peers[to_rank], conn, block, nblocks, conn_stride)
+            st[S_TO_CONN] = nxt      # where post_step publishes the step
+            st[S_FROM_CONN] = _conn(peers[from_rank], conn, block, nblocks, conn_stride)
             itemsize = st[S_ITEMSIZE]
             sh[SH_DTYPE] = st[S_DTYPE]
             sh[SH_N] = n
@@ -365,24 +367,21 @@ def make_daemon(policy):
             return
 
     @cuda.jit(device=True)
-    def post_step(st, ctl, pool, peers, rank, nranks, nslots, conn_stride, block, nblocks):
-        """Thread 0, after the block moved a step: publish it to the neighbours."""
+    def post_step(st, ctl, nranks, block):
+        """Thread 0, after the block moved a step: publish it to the step's peers (their
+        connectors, found by ``schedule``)."""
         flags = st[S_FLAGS]
-        to_rank, from_rank, conn = step_peers(st[S_KIND], rank, nranks, st[S_ROOT], st[S_STEP])
-        conn += st[S_CONN]
         # A collective's slot counters count its sends and receives on a connector. An
         # all_to_all sends and receives once per loop on each of its connector sets, so its
         # counters count loops and advance when a loop ends.
         per_loop = st[S_KIND] == ALL_TO_ALL
         fence(st[S_LOCAL])    # the block's data (ordered by the barrier), then the flags
         if flags & F_SEND:
-            nxt = _conn(peers[to_rank], conn, block, nblocks, conn_stride)
-            store_volatile(nxt + CONN_TAIL, st[S_SENT] + 1)
+            store_volatile(st[S_TO_CONN] + CONN_TAIL, st[S_SENT] + 1)
             if not per_loop:
                 st[S_SENT] += 1
         if flags & F_RECV:
-            prev = _conn(peers[from_rank], conn, block, nblocks, conn_stride)
-            store_volatile(prev + CONN_HEAD, st[S_RECVD] + 1)
+            store_volatile(st[S_FROM_CONN] + CONN_HEAD, st[S_RECVD] + 1)
             if not per_loop:
                 st[S_RECVD] += 1
         st[S_STEP] += 1
@@ -447,8 +446,7 @@ def make_daemon(policy):
                  sh[SH_USER_IN], sh[SH_SLOT_OUT], sh[SH_USER_OUT])
             cuda.syncthreads()
             if tid == 0:
-                post_step(st, ctl, pool, peers, rank, nranks, nslots, conn_stride, block,
-                          nblocks)
+                post_step(st, ctl, nranks, block)
         if tid == 0:
             _trace(st, pool, block, EV_QUIT, -1, 0, 0, 0)
             status = _status(ctl, block)

@@ -159,7 +159,6 @@ def _make_mover(storage, compute=None, widen=_same, narrow=_same):
     return mover
 
 
-_DT = {name: code for name, code in DTYPES.items()}
 _move_f32 = _make_mover(np.float32)
 _move_f64 = _make_mover(np.float64)
 _move_i32 = _make_mover(np.int32)
@@ -169,7 +168,7 @@ _move_u8 = _make_mover(np.uint8)
 _move_f16 = _make_mover(np.float16, np.float32, float16_to_float32, float32_to_float16)
 _move_bf16 = _make_mover(np.uint16, np.float32, bfloat16_to_float32, float32_to_bfloat16)
 DT_F32, DT_F64, DT_I32, DT_I64, DT_I8, DT_U8, DT_F16, DT_BF16 = (
-    _DT[k] for k in ("float32", "float64", "int32", "int64", "int8", "uint8", "float16",
+    DTYPES[k] for k in ("float32", "float64", "int32", "int64", "int8", "uint8", "float16",
                      "bfloat16"))
 
 

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # The GPU batch: run on the lent H200 (device tool) from the repository root, e.g.
 #   run(command="bash scripts/gpu_check.sh full", carry=[".whl"])
-# It runs the GPU test suite, the chaos demos and the benchmarks, and writes one log per
-# stage plus summary.txt under $OUT (default ./out). Stages: quick | full | a list of names.
+# It runs the GPU test suite, the chaos demos and the benchmarks. Under $OUT (default ./out)
+# it writes summary.txt, logs.tgz (one log per stage plus the traces and CSVs, repacked after
+# every stage, since the device tool returns at most 8 files) and the timeline picture.
+# Stages: quick | full | a list of names.
 set -u
 OUT=${OUT:-out}
-mkdir -p "$OUT"
+LOGS=${LOGS:-/tmp/pydfccl_gpu_logs}
+mkdir -p "$OUT" "$LOGS"
 # The image's numpy 2.5 breaks numba-cuda 0.30: carry a numpy 2.4 wheel in .whl/ (see docs/gpu.md).
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -18,13 +21,14 @@ SUMMARY="$OUT/summary.txt"
 { date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader;
   python3 -c "import numba, numba_cuda, numpy; print('numba', numba.__version__, 'numba-cuda', numba_cuda.__version__, 'numpy', numpy.__version__)"; } | tee "$SUMMARY"
 
-stage() {  # stage NAME TIMEOUT_S COMMAND...: log to $OUT/NAME.log, one summary line
+stage() {  # stage NAME TIMEOUT_S COMMAND...: log to $LOGS/NAME.log, one summary line
   local name=$1 limit=$2; shift 2
   local t0=$SECONDS
-  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+  timeout "$limit" "$@" > "$LOGS/$name.log" 2>&1
   local rc=$?
   echo "[$name] rc=$rc ${SECONDS}s-${t0}s: $*" | tee -a "$SUMMARY"
-  tail -n 12 "$OUT/$name.log" | sed 's/^/    /' | tee -a "$SUMMARY"
+  tail -n 12 "$LOGS/$name.log" | sed 's/^/    /' | tee -a "$SUMMARY"
+  tar czf "$OUT/logs.tgz" -C "$LOGS" .
 }
 
 PY=python3
@@ -35,7 +39,7 @@ case "${1:-quick}" in
 esac
 for s in $stages; do
   case $s in
-    tests)      stage tests 300 $PY -m pytest -q -p no:cacheprovider tests/test_engine.py tests/test_kernels_compile.py tests/test_layout.py tests/test_trace.py tests/test_buffers_lifetime.py tests/test_soak.py tests/test_collectives.py tests/test_group.py tests/test_point_to_point.py ;;
+    tests)      stage tests 300 $PY -m pytest -q -rfE --tb=short -p no:cacheprovider tests/test_engine.py tests/test_kernels_compile.py tests/test_layout.py tests/test_trace.py tests/test_buffers_lifetime.py tests/test_soak.py tests/test_collectives.py tests/test_group.py tests/test_point_to_point.py ;;
     demo4)      stage demo4 100 $PY -m pydfccl demo -n 4 -k 8 -i 50 --no-progress ;;
     demo4_inorder) stage demo4_inorder 100 $PY -m pydfccl demo -n 4 -k 8 -i 50 --in-order --no-progress ;;
     demo8)      stage demo8 100 $PY -m pydfccl demo -n 8 -k 8 -i 200 --no-progress ;;
@@ -45,10 +49,10 @@ for s in $stages; do
     bench)      stage bench 60 $PY -m pydfccl bench latency -n 2 --iters 10000 ;;
     bench1)     stage bench1 60 $PY -m pydfccl bench latency -n 1 --iters 3000 ;;
     bench8)     stage bench8 100 $PY -m pydfccl bench latency -n 8 --iters 1000 ;;
-    timeline)   stage timeline 100 $PY -m pydfccl demo -n 8 -k 8 -i 3 --no-progress --trace "$OUT/timeline8.json" --plot "$OUT/timeline8.png" ;;
+    timeline)   stage timeline 100 $PY -m pydfccl demo -n 8 -k 8 -i 3 --no-progress --trace "$LOGS/timeline8.json" --plot "$OUT/timeline8.png" ;;
     soak)       stage soak 300 $PY -m pydfccl soak --seconds 120 --no-progress ;;
     sweep4)     # nccl-tests-style sizes, 8 B to 256 MiB on 4 ranks, with both baselines
-                stage sweep4 300 $PY -m pydfccl bench --nranks 4 -b 8 -e 268435456 -f 4 --baseline both --no-progress --csv "$OUT/sweep4.csv" ;;
+                stage sweep4 300 $PY -m pydfccl bench --nranks 4 -b 8 -e 268435456 -f 4 --baseline both --no-progress --csv "$LOGS/sweep4.csv" ;;
     probe)      stage probe 60 $PY scripts/probe_timer.py ;;
     probe_host) stage probe_host 60 $PY scripts/probe_host.py ;;
     probe_latency) stage probe_latency 90 $PY scripts/probe_latency.py ;;

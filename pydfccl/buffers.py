@@ -91,6 +91,19 @@ class BufferChecker:
         return addr
 
 
+def _numba_view(buf) -> bool:
+    """Whether ``buf`` is a Numba device array cut from another one. numba-cuda wraps every
+    allocation's pointer in an ``OwnedPointer`` whose ``_view`` is the allocation itself;
+    slicing makes one whose ``_view`` is a new pointer into it. Plain ``MemoryPointer``s
+    (older versions) name their allocation in ``owner``."""
+    memory = getattr(buf, "gpu_data", None)
+    if memory is None:
+        return False
+    if "_view" in getattr(memory, "__dict__", {}):
+        return memory._view is not memory._mem
+    return memory.owner is not memory
+
+
 def _holders(objs: tuple, i: int) -> int:
     """References to ``objs[i]``, less the ones this call makes itself (its local name and
     getrefcount's argument). ``_CALL_REFS`` is measured below on an object that only a tuple
@@ -131,8 +144,7 @@ def dropped_by_user(buffers: tuple) -> list:
             continue                                    # the usual case: the user holds it
         if _base_holders(buffers[i]) > _UNHELD_BASE:
             continue                                    # a view of an array the user holds
-        memory = getattr(buffers[i], "gpu_data", None)
-        if memory is not None and memory.owner is not memory:
+        if _numba_view(buffers[i]):
             continue                                    # a Numba view: its owner is unknown
         roles.append("in-place" if in_place else ("send", "recv")[i])
     return roles

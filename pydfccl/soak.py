@@ -286,8 +286,9 @@ def run_soak(opts: SoakOptions, backend: str | None = None) -> SoakReport:
             report.bad_schedules.append(index)
             break
         report.add(schedule, per_rank)
-        if report.schedules == 1:
-            report.resources.append(resource_sample("after the first schedule"))
+        n = report.schedules
+        if n & (n - 1) == 0:    # after 1, 2, 4, 8, ... schedules: a leak grows, a cache levels
+            report.resources.append(resource_sample(f"after {n} schedule{'s' * (n > 1)}"))
         if bar:
             bar.update(1)
             bar.set_postfix(verified=report.verified, wrong=len(report.wrong))

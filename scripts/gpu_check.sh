@@ -39,7 +39,7 @@ case "${1:-quick}" in
 esac
 for s in $stages; do
   case $s in
-    tests)      stage tests 300 $PY -m pytest -q -rfE --tb=short -p no:cacheprovider tests/test_engine.py tests/test_kernels_compile.py tests/test_layout.py tests/test_trace.py tests/test_buffers_lifetime.py tests/test_soak.py tests/test_collectives.py tests/test_group.py tests/test_point_to_point.py ;;
+    tests)      stage tests 300 $PY -m pytest -q -rfE --tb=short -p no:cacheprovider tests/test_engine.py tests/test_kernels_compile.py tests/test_layout.py tests/test_trace.py tests/test_buffers_lifetime.py tests/test_soak.py tests/test_collectives.py tests/test_group.py tests/test_point_to_point.py tests/test_foreign_buffers.py ;;
     demo4)      stage demo4 100 $PY -m pydfccl demo -n 4 -k 8 -i 50 --no-progress ;;
     demo4_inorder) stage demo4_inorder 100 $PY -m pydfccl demo -n 4 -k 8 -i 50 --in-order --no-progress ;;
     demo8)      stage demo8 100 $PY -m pydfccl demo -n 8 -k 8 -i 200 --no-progress ;;
@@ -49,8 +49,8 @@ for s in $stages; do
     bench)      stage bench 60 $PY -m pydfccl bench latency -n 2 --iters 10000 ;;
     bench1)     stage bench1 60 $PY -m pydfccl bench latency -n 1 --iters 3000 ;;
     bench8)     stage bench8 100 $PY -m pydfccl bench latency -n 8 --iters 1000 ;;
-    timeline)   stage timeline 100 $PY -m pydfccl demo -n 8 -k 8 -i 3 --no-progress --trace "$LOGS/timeline8.json" --plot "$OUT/timeline8.png" ;;
-    soak)       stage soak 300 $PY -m pydfccl soak --seconds 120 --no-progress ;;
+    timeline)   stage timeline 100 $PY -m pydfccl demo -n 8 -k 8 -i 1 --no-progress --trace "$LOGS/timeline8.json" --plot "$OUT/timeline8.png" ;;
+    soak)       stage soak 300 $PY -m pydfccl soak --seconds ${SOAK_SECONDS:-120} --no-progress ;;
     sweep4)     # nccl-tests-style sizes, 8 B to 256 MiB on 4 ranks, with both baselines
                 stage sweep4 300 $PY -m pydfccl bench --nranks 4 -b 8 -e 268435456 -f 4 --baseline both --no-progress --csv "$LOGS/sweep4.csv" ;;
     probe)      stage probe 60 $PY scripts/probe_timer.py ;;

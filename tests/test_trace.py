@@ -1,5 +1,6 @@
 """The daemons' event logs: every collective is absorbed, loaded, (preempted, loaded again)*,
-completed, on every rank and block that has data for it; the Chrome trace is well formed."""
+completed, on every rank and block that has data for it (a block without data absorbs and
+completes it at once); the Chrome trace is well formed."""
 
 import json
 
@@ -26,9 +27,13 @@ def test_trace_shows_every_collective_loaded_preempted_resumed_completed():
     runs = _runs(events)
     assert sorted({(r, c) for r, _, c in runs}) == [(r, c) for r in range(2) for c in range(3)]
     preempted = 0
-    for key, names in runs.items():
+    for (rank, block, coll), names in runs.items():
+        key = (rank, block, coll)
         assert names[0] == "absorbed" and names[-1] == "completed", (key, names)
         body = names[1:-1]
+        if block > 0:       # 500 elements make one channel: the other blocks have no data
+            assert body == [], (key, names)
+            continue
         assert body and body[0] == "loaded", (key, names)
         for a, b in zip(body, body[1:]):          # a preemption is always followed by a resume
             assert not (a == "preempted" and b != "loaded"), (key, names)

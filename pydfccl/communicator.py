@@ -587,12 +587,18 @@ class Communicator:
             raise PydfcclError(f"{what}() is only allowed {hints[state]}; "
                                f"this communicator is {self._state}")
 
-    def _describe_coll(self, index: int) -> str:
+    def _describe_coll(self, index: int, rank: int | None = None) -> str:
+        """The collective at table ``index`` as ``rank`` (default: this one) runs it."""
         if index not in self._by_index:
             return f"collective #{index}"
         coll_id = self._by_index[index]
         spec = self._specs.get(coll_id)      # None: another rank's point-to-point transfer
-        return f"{spec.kind} {coll_id}" if spec else f"collective {coll_id}"
+        if spec is None:
+            return f"collective {coll_id}"
+        kind = spec.kind
+        if kind in POINT_TO_POINT and rank not in (None, self.rank):
+            kind = "recv" if kind == "send" else "send"     # the other end of the transfer
+        return f"{kind} {coll_id}"
 
     def __repr__(self):
         return (f"<pydfccl.Communicator rank {self.rank}/{self.nranks} {self._state} "

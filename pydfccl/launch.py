@@ -4,8 +4,12 @@ Backends:
 
 * ``"threads"``: ranks are threads of this process on one GPU, each with its own stream and
   daemon (the fast single-GPU path).
-* ``"processes"``: one process per rank on the CUDA simulator, peer memory in
-  shared-memory segments (the CPU-only path; CI uses it).
+* ``"processes"``: one process per rank. Without a GPU they run the CUDA simulator, peer
+  memory in shared-memory segments (the CPU-only path; CI uses it). With GPUs each process
+  takes one (rank modulo the GPUs present) and reaches its peers' pools through CUDA IPC;
+  processes that share a GPU need the MPS daemon (``pydfccl.mpi.choose_gpu`` warns).
+
+``PYDFCCL_BACKEND`` overrides the default choice (threads with a GPU, else processes).
 
 An exception in any rank is raised here as :class:`RankFailedError` naming the rank; the
 other ranks are aborted rather than left waiting for it, and a rank process that dies is
@@ -39,6 +43,11 @@ START_TIMEOUT = 120.0   # how long start() waits for every rank to arrive
 
 
 def default_backend() -> str:
+    chosen = os.environ.get("PYDFCCL_BACKEND")
+    if chosen:
+        if chosen not in BACKENDS:
+            raise ValueError(f"PYDFCCL_BACKEND={chosen!r}; choose from {BACKENDS}")
+        return chosen
     return "threads" if platform.gpu_available() else "processes"
 
 
@@ -139,25 +148,39 @@ def _launch_threads(worker, nranks, options, timeout, args, config):
     return results
 
 
-# -- one simulated process per rank -------------------------------------------------------------
+# -- one process per rank -------------------------------------------------------------
 
-def _rank_process(rank, config, ctl_name, pool_name, options, worker, pipe, args):
-    ctl_shm = shared_memory.SharedMemory(name=ctl_name)
-    pool_shm = shared_memory.SharedMemory(name=pool_name)
-    cfg = WorldConfig(**config)
-    world = World(cfg, ctl_mem=np.ndarray((cfg.ctl_bytes,), np.uint8, buffer=ctl_shm.buf),
-                  pool_mem=np.ndarray((cfg.nranks * cfg.pool_bytes,), np.uint8,
-                                      buffer=pool_shm.buf))
+class _PipeGroup:
+    """A rank process's view of its peers for the bootstrap: an all-gather through the
+    launching parent."""
 
-    def exchange(obj):
-        pipe.send(("exchange", obj))
-        kind, payload = pipe.recv()
+    def __init__(self, rank: int, size: int, pipe):
+        self.rank, self.size, self._pipe = rank, size, pipe
+
+    def allgather(self, obj):
+        self._pipe.send(("exchange", obj))
+        kind, payload = self._pipe.recv()
         if kind != "exchange":
             raise PydfcclError(f"start(): {payload}")
         return payload
 
+
+def _rank_process(rank, config, shm_names, options, worker, pipe, args):
+    from .mpi import choose_gpu
+
+    cfg = WorldConfig(**config)
+    group = _PipeGroup(rank, cfg.nranks, pipe)
+    segments = [shared_memory.SharedMemory(name=name) for name in shm_names]
+    ctl, *pools = [np.ndarray((s.size,), np.uint8, buffer=s.buf) for s in segments]
     try:
-        with Communicator(world, rank, exchange=exchange, **options) as comm:
+        if cfg.simulator:
+            world = World(cfg, ctl_mem=ctl[:cfg.ctl_bytes],
+                          pool_mem=pools[0][:cfg.nranks * cfg.pool_bytes])
+        else:
+            choose_gpu(group, local=rank)   # not LOCAL_RANK: this launcher's own
+            world = World(cfg, ctl_mem=ctl[:cfg.ctl_bytes], ipc=(rank, group.allgather))
+        del ctl, pools
+        with Communicator(world, rank, exchange=group.allgather, **options) as comm:
             result = worker(comm, *args)
         pipe.send(("result", result))
     except BaseException as exc:
@@ -166,7 +189,7 @@ def _rank_process(rank, config, ctl_name, pool_name, options, worker, pipe, args
     finally:
         comm = world = None
         gc.collect()
-        for shm in (ctl_shm, pool_shm):
+        for shm in segments:
             try:
                 shm.close()
             except BufferError:
@@ -174,18 +197,21 @@ def _rank_process(rank, config, ctl_name, pool_name, options, worker, pipe, args
 
 
 def _launch_processes(worker, nranks, options, timeout, args, config):
-    config = dict(WorldConfig(nranks, simulator=True, **config).as_dict())
+    simulator = platform.SIMULATOR or not platform.gpu_available()
+    config = dict(WorldConfig(nranks, simulator=simulator, **config).as_dict())
     cfg = WorldConfig(**config)
-    os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+    if simulator:
+        os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
     ctx = mp.get_context("spawn")
     ctl_shm = shared_memory.SharedMemory(create=True, size=cfg.ctl_bytes)
-    pool_shm = shared_memory.SharedMemory(create=True, size=nranks * cfg.pool_bytes)
+    segments = [ctl_shm] + ([shared_memory.SharedMemory(create=True, size=nranks * cfg.pool_bytes)]
+                            if simulator else [])
     procs, pipes = [], []
     try:
         for rank in range(nranks):
             parent_end, child_end = ctx.Pipe()
             p = ctx.Process(target=_rank_process, name=f"pydfccl-rank{rank}",
-                            args=(rank, config, ctl_shm.name, pool_shm.name, options, worker,
+                            args=(rank, config, [s.name for s in segments], options, worker,
                                   child_end, args))
             p.start()
             child_end.close()
@@ -198,7 +224,7 @@ def _launch_processes(worker, nranks, options, timeout, args, config):
             if p.is_alive():
                 p.kill()
                 p.join()
-        for shm in (ctl_shm, pool_shm):
+        for shm in segments:
             shm.close()
             shm.unlink()
 

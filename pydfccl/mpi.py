@@ -6,10 +6,14 @@ A *group* is what the bootstrap needs of the processes: ``rank``, ``size``, ``bc
 - a ``pydfccl.store.StoreGroup``, used by ``Communicator.from_env()``. It reads RANK,
   WORLD_SIZE, MASTER_ADDR and MASTER_PORT, and rank 0 serves a loopback store.
 
-The registrations that ``start()`` compares travel by ``allgather``. The memory the ranks
-share is made by rank 0 and attached by the others:
-- under the simulator, shared-memory segments, whose names rank 0 broadcasts;
-- on GPUs, device memory through CUDA IPC (issue 6), which is not built yet.
+The registrations that ``start()`` compares travel by ``allgather``. The control rows are
+a shared-memory segment that rank 0 makes and the others attach to (rank 0 broadcasts its
+name). The pools:
+- under the simulator, a second shared-memory segment;
+- on GPUs, device memory that each process allocates on its GPU (chosen by its local rank
+  among the host's GPUs) and exports to the others as a CUDA IPC handle. Processes that
+  share one GPU need the MPS daemon to run their kernels side by side; without it each
+  rank logs a warning once.
 
 ``run_in_group`` runs one worker per process, as ``launch`` does, and gives rank 0 every
 rank's result. ``python -m pydfccl demo`` uses it when it finds itself in such a job.
@@ -68,10 +72,10 @@ def _shared_world(group, config):
     unlinks them once everyone has, so that nothing is left behind however the job ends."""
     from .world import World
 
+    sizes = [config.ctl_bytes] + ([config.nranks * config.pool_bytes] if config.simulator else [])
     names = None
     if group.rank == 0:
-        made = [shared_memory.SharedMemory(create=True, size=size)
-                for size in (config.ctl_bytes, config.nranks * config.pool_bytes)]
+        made = [shared_memory.SharedMemory(create=True, size=size) for size in sizes]
         names = [s.name for s in made]
     names = group.bcast(names, root=0)
     if group.rank == 0:
@@ -84,11 +88,44 @@ def _shared_world(group, config):
     if group.rank == 0:
         for s in segments:
             s.unlink()
-    ctl, pools = (np.ndarray((s.size,), np.uint8, buffer=s.buf) for s in segments)
-    world = World(config, ctl_mem=ctl[: config.ctl_bytes],
-                  pool_mem=pools[: config.nranks * config.pool_bytes])
+    views = [np.ndarray((size,), np.uint8, buffer=s.buf) for s, size in zip(segments, sizes)]
+    if config.simulator:
+        world = World(config, ctl_mem=views[0], pool_mem=views[1])
+    else:
+        world = World(config, ctl_mem=views[0], ipc=(group.rank, group.allgather))
     world._segments = segments    # the mappings live as long as the world
     return world
+
+
+LOCAL_RANK_VARIABLES = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+                        "PMI_LOCAL_RANK", "SLURM_LOCALID")
+
+
+def local_rank(group) -> int:
+    """This process's index among the job's processes on this host (as launchers set it),
+    else its rank: it picks the GPU."""
+    for name in LOCAL_RANK_VARIABLES:
+        if name in os.environ:
+            return int(os.environ[name])
+    return group.rank
+
+
+def choose_gpu(group, local: int | None = None) -> None:
+    """Put this rank on a GPU of its host (by ``local``, default its local rank), and warn
+    when ranks share one without MPS."""
+    import socket
+
+    from . import platform
+    from .log import logger
+
+    device = platform.use_device(local_rank(group) if local is None else local)
+    placed = group.allgather((socket.gethostname(), device))
+    sharing = [r for r, where in enumerate(placed) if where == placed[group.rank]]
+    if len(sharing) > 1 and not platform.mps_active():
+        logger.warning(
+            "rank %d: ranks %s share GPU %d without the MPS daemon, so their daemon kernels "
+            "take turns in time slices (one handshake took 4.8 ms instead of 36 us on an "
+            "H200); start it with `nvidia-cuda-mps-control -d`", group.rank, sharing, device)
 
 
 def communicator_from_group(group, *, policy="dfccl", watchdog_timeout=None,
@@ -96,15 +133,11 @@ def communicator_from_group(group, *, policy="dfccl", watchdog_timeout=None,
     """This process's Communicator in a world of ``group.size`` ranks."""
     from . import platform
     from .communicator import Communicator
-    from .errors import PydfcclError
     from .world import WorldConfig
 
     if not platform.SIMULATOR:
-        raise PydfcclError(
-            "a communicator per process on GPUs needs CUDA IPC between the rank processes, "
-            "which is not implemented yet; on a machine without a GPU it runs the simulator "
-            "(set NUMBA_ENABLE_CUDASIM=1 to force it)")
-    config = WorldConfig(group.size, simulator=True, **sizes)
+        choose_gpu(group)
+    config = WorldConfig(group.size, **sizes)
     world = _shared_world(group, config)
     return Communicator(world, group.rank, policy=policy, exchange=group.allgather,
                         watchdog_timeout=watchdog_timeout, persistent=persistent)

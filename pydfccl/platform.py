@@ -9,9 +9,11 @@ communicator is written against this module only.
 
 from __future__ import annotations
 
+import ctypes
 import sys
 import threading
 import time
+import weakref
 
 import numpy as np
 from numba import cuda
@@ -24,6 +26,7 @@ from .kernels.memory import SIMULATOR
 cuda.config.CUDA_LOW_OCCUPANCY_WARNINGS = 0
 
 __all__ = ["SIMULATOR", "WAIT_SPIN_SECONDS", "gpu_available", "DeviceBuffer", "HostBuffer",
+           "PeerBuffer", "ipc_handle", "use_device", "current_device", "mps_active",
            "address_of", "empty", "new_stream", "destroy_stream", "launch", "wait_stream",
            "synchronize_device", "to_numpy", "copy_in", "precise_sleeps"]
 
@@ -81,17 +84,106 @@ class DeviceBuffer:
 
 class HostBuffer:
     """Zeroed memory that both the host and the daemon read and write while it runs
-    (mapped pinned memory on a GPU). ``array`` is its numpy view, ``addr`` the daemon's."""
+    (mapped pinned memory on a GPU). ``array`` is its numpy view, ``addr`` the daemon's.
+
+    ``host_view``: memory the caller provides and has zeroed, such as a shared-memory
+    segment that other rank processes map too; on a GPU it is registered with the driver
+    (page-locked and mapped for the device) until this buffer is collected."""
 
     def __init__(self, nbytes: int, host_view: np.ndarray | None = None):
         if SIMULATOR:
             self.array = host_view if host_view is not None else np.zeros(nbytes, np.uint8)
+            self.addr = address_of(self.array)
+        elif host_view is not None:
+            self.array = host_view
+            self.addr = _register_host(host_view)
+            weakref.finalize(self, _unregister_host, int(host_view.ctypes.data))
         else:
             self._mapped = cuda.mapped_array(nbytes, dtype=np.uint8)
             self.array = np.ndarray.view(self._mapped, np.ndarray)
+            self.addr = address_of(self._mapped)
         if host_view is None:
             self.array[...] = 0
-        self.addr = address_of(self._mapped if not SIMULATOR else self.array)
+
+
+# -- memory shared between rank processes on GPUs (CUDA IPC) -------------------------------------
+
+def _check(result, what: str):
+    """cuda-python calls return (error, values...): raise on an error, else the values."""
+    err, *values = result if isinstance(result, tuple) else (result,)
+    if int(err) != 0:
+        raise RuntimeError(f"{what} failed: {err}")
+    return values[0] if len(values) == 1 else values
+
+
+def _register_host(view: np.ndarray) -> int:
+    from cuda.bindings import driver
+
+    cuda.current_context()
+    ptr = int(view.ctypes.data)
+    _check(driver.cuMemHostRegister(ptr, view.nbytes, driver.CU_MEMHOSTREGISTER_PORTABLE
+                                    | driver.CU_MEMHOSTREGISTER_DEVICEMAP), "cuMemHostRegister")
+    return int(_check(driver.cuMemHostGetDevicePointer(ptr, 0), "cuMemHostGetDevicePointer"))
+
+
+def _unregister_host(ptr: int) -> None:
+    from cuda.bindings import driver
+
+    driver.cuMemHostUnregister(ptr)
+
+
+IPC_HANDLE_BYTES = 64
+
+
+def ipc_handle(buffer: DeviceBuffer) -> bytes:
+    """The CUDA IPC handle of ``buffer``'s allocation, as bytes another process can open."""
+    from cuda.bindings import driver
+
+    handle = _check(driver.cuIpcGetMemHandle(buffer.addr), "cuIpcGetMemHandle")
+    return ctypes.string_at(handle.getPtr(), IPC_HANDLE_BYTES)
+
+
+class PeerBuffer:
+    """Another rank process's ``DeviceBuffer``, opened from its ``ipc_handle`` (on another
+    GPU of this host too: peer access is enabled as the handle is opened). ``addr`` is where
+    this process's daemon reaches it. It is not opened through Numba's ``IpcHandle``, which
+    falls back to a one-time copy when the devices cannot reach each other."""
+
+    def __init__(self, handle: bytes):
+        from cuda.bindings import driver
+
+        cuda.current_context()
+        raw = driver.CUipcMemHandle()
+        ctypes.memmove(raw.getPtr(), handle, IPC_HANDLE_BYTES)
+        ptr = _check(driver.cuIpcOpenMemHandle(
+            raw, driver.CUipcMem_flags.CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS.value),
+            "cuIpcOpenMemHandle")
+        self.addr = int(ptr)
+        weakref.finalize(self, driver.cuIpcCloseMemHandle, ptr)
+
+
+def use_device(index: int) -> int:
+    """Make GPU ``index`` (modulo the GPUs present) this process's device; returns it. Rank
+    processes of one host spread over its GPUs by their local rank."""
+    count = len(cuda.gpus)
+    cuda.select_device(index % count)
+    return index % count
+
+
+def current_device() -> int:
+    return cuda.get_current_device().id
+
+
+def mps_active() -> bool:
+    """Whether this process's context is shared through the MPS daemon: without it, kernels
+    of rank processes that share one GPU take turns in time slices of milliseconds."""
+    from cuda.bindings import driver
+
+    cuda.current_context()
+    device = _check(driver.cuCtxGetDevice(), "cuCtxGetDevice")
+    return bool(_check(driver.cuDeviceGetAttribute(
+        driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MPS_ENABLED, device),
+        "cuDeviceGetAttribute(MPS_ENABLED)"))
 
 
 def empty(count: int, dtype) -> object:

@@ -225,12 +225,13 @@ def main(argv: list[str]) -> int:
           f"{opts.policy}, {opts.iters} runs per size after {opts.warmup} warm-up")
     modes = ["daemon"] + {"none": [], "launch": ["launch"], "nccl": ["nccl"],
                           "both": ["launch", "nccl"]}[args.baseline]
-    results = {mode: run_sweep(opts, mode, args.backend) for mode in modes}
-    base = {r["size"]: r["time_us"] for r in results["daemon"]}
-    for mode, rows in results.items():
-        print(format_table(rows, base if mode != "daemon" else None))
-        avg = np.mean([r["busbw"] for r in rows])
-        print(f"# {mode}: Avg bus bandwidth    : {avg:.3f} GB/s")
+    results, base = {}, None
+    for mode in modes:      # each table as soon as it is measured: a long sweep shows progress
+        rows = results[mode] = run_sweep(opts, mode, args.backend)
+        print(format_table(rows, base), flush=True)
+        print(f"# {mode}: Avg bus bandwidth    : {np.mean([r['busbw'] for r in rows]):.3f} GB/s",
+              flush=True)
+        base = base or {r["size"]: r["time_us"] for r in rows}
     all_rows = [r for rows in results.values() for r in rows]
     if args.csv:
         import csv

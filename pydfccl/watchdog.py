@@ -58,9 +58,9 @@ def wait_for_report(world, describe) -> tuple[str, list | None]:
             for peer, what in blk["waits"]:
                 # An edge even when the peer is on the same collective: after a full timeout
                 # without progress that peer is stuck too, and the cycle may pass through it.
-                doing = (", ".join(describe(c) for c in sorted(running[peer]))
+                doing = (", ".join(describe(c, peer) for c in sorted(running[peer]))
                          or "no collective")
-                waits.append(f"{describe(blk['coll'])} (block {blk['block']}) waits for {what} "
+                waits.append(f"{describe(blk['coll'], r)} (block {blk['block']}) waits for {what} "
                              f"rank {peer}, which is on {doing}")
                 edges.setdefault(r, []).append(peer)
         lines.append(head + (": " + "; ".join(waits) if waits else ""))

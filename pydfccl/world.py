@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from . import layout as L
-from .platform import SIMULATOR, DeviceBuffer, HostBuffer
+from .platform import SIMULATOR, DeviceBuffer, HostBuffer, PeerBuffer, ipc_handle
 
 __all__ = ["WorldConfig", "World", "REPORT_BYTES"]
 
@@ -75,12 +75,17 @@ class WorldConfig:
 class World:
     """Control rows (host-visible), one pool per rank (device), and each rank's peer table.
 
-    ``ctl_mem``/``pool_mem``: zeroed uint8 views of shared memory to attach to (simulator,
-    one process per rank); when omitted the world allocates its own.
+    Three ways to make one:
+    - ``World(config)``: every rank in this process (threads on one GPU); it allocates all.
+    - ``ctl_mem`` and ``pool_mem``, zeroed uint8 views of shared memory (the simulator, one
+      process per rank): every process sees the same rows and pools.
+    - ``ctl_mem`` and ``ipc=(rank, allgather)`` (GPUs, one process per rank): the rows are
+      shared memory registered with the driver; the process allocates its own pool and
+      opens its peers' through CUDA IPC handles exchanged by ``allgather``.
     """
 
     def __init__(self, config: WorldConfig, ctl_mem: np.ndarray | None = None,
-                 pool_mem: np.ndarray | None = None):
+                 pool_mem: np.ndarray | None = None, ipc: tuple | None = None):
         self.config = config
         n = config.nranks
         self._ctl = HostBuffer(config.ctl_bytes, ctl_mem)
@@ -89,7 +94,12 @@ class World:
         self.report = self._ctl.array[rows:rows + REPORT_BYTES]
         self.ctl_addr = [self._ctl.addr + r * L.CTL_ROW.itemsize for r in range(n)]
         size = config.pool_bytes
-        if pool_mem is None:
+        if ipc is not None:
+            rank, allgather = ipc
+            own = DeviceBuffer(size)
+            handles = allgather(ipc_handle(own))
+            self.pools = [own if r == rank else PeerBuffer(h) for r, h in enumerate(handles)]
+        elif pool_mem is None:
             self.pools = [DeviceBuffer(size) for _ in range(n)]
         else:
             if not SIMULATOR:
@@ -97,8 +107,10 @@ class World:
             self.pools = [DeviceBuffer(size, pool_mem[r * size:(r + 1) * size]) for r in range(n)]
         self.pool_addr = [p.addr for p in self.pools]
         # Pools this process allocated are all on its one GPU: the daemons need only order
-        # their memory at GPU scope (a shared-memory world is the simulator's).
-        self.ctl["peers_local"] = 1 if pool_mem is None else 0
+        # their memory at GPU scope. Pools of other processes may be on other GPUs, and the
+        # simulator's stand for them: system scope (the rows start zeroed).
+        if pool_mem is None and ipc is None:
+            self.ctl["peers_local"] = 1
         self.peers = DeviceBuffer(8 * n)
         self.peers.write(0, np.array(self.pool_addr, dtype=np.int64))
 

@@ -17,6 +17,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 fi
 export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD" PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1   # the machine runs us as root
 SUMMARY="$OUT/summary.txt"
 { date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader;
   python3 -c "import numba, numba_cuda, numpy; print('numba', numba.__version__, 'numba-cuda', numba_cuda.__version__, 'numpy', numpy.__version__)"; } | tee "$SUMMARY"
@@ -59,6 +60,20 @@ for s in $stages; do
     probe_memory) stage probe_memory 60 $PY scripts/probe_memory.py ;;
     clocks)     # the SM clock while a latency run keeps the daemons busy (read, never set)
                 stage clocks 60 bash -c "$PY scripts/probe_latency.py 4000 > /dev/null & for i in 1 2 3 4 5 6 7 8; do sleep 2; nvidia-smi --query-gpu=clocks.sm,clocks.max.sm,utilization.gpu --format=csv,noheader; done; wait" ;;
+    p2p_diag)   # the point-to-point deadlock test, with every thread's stack if it hangs
+                stage p2p_diag 120 $PY -m pytest -q -rfE --tb=short -p no:cacheprovider -o faulthandler_timeout=45 "tests/test_point_to_point.py::test_crossed_receives_complete_under_dfccl_and_deadlock_under_nccl" ;;
+    ipc_nomps)  # rank processes sharing the GPU without MPS: a warning, slow but correct
+                stage ipc_nomps 120 env PYDFCCL_BACKEND=processes $PY -m pydfccl demo -n 2 -k 4 -i 3 --no-progress ;;
+    mps)        # rank processes on one GPU through CUDA IPC, under the MPS daemon
+                nvidia-cuda-mps-control -d; sleep 1
+                stage mps_tests 300 env PYDFCCL_BACKEND=processes $PY -m pytest -q -rfE --tb=short -p no:cacheprovider -o faulthandler_timeout=100 tests/test_collectives.py::test_every_kind_matches_numpy tests/test_point_to_point.py tests/test_env_bootstrap.py tests/test_mpi.py
+                stage mps_demo4 120 env PYDFCCL_BACKEND=processes $PY -m pydfccl demo -n 4 -k 8 -i 50 --no-progress
+                stage mps_mpiexec4 120 mpiexec -n 4 $PY -m pydfccl demo -k 8 -i 50 --no-progress
+                stage mps_sync4 120 env PYDFCCL_BACKEND=processes $PY -m pydfccl demo -n 4 -k 8 -i 10 --sync device --no-progress
+                stage mps_nccl4 60 env PYDFCCL_BACKEND=processes $PY -m pydfccl demo -n 4 -k 8 -i 10 --policy nccl --no-progress
+                echo quit | nvidia-cuda-mps-control ;;
+    sweep4s)    # a shorter sweep: 8 B to 256 MiB by 8x, 10 runs per size
+                stage sweep4s 240 $PY -m pydfccl bench --nranks 4 -b 8 -e 268435456 -f 8 -n 10 -w 2 --baseline both --no-progress --csv "$LOGS/sweep4s.csv" ;;
     replay)     # a model schedule replayed on the engine (exit 0), and under nccl (exit 3)
                 stage replay 90 $PY -m pydfccl demo --schedule scripts/schedules/three_ranks_disordered_with_syncs.json
                 stage replay_nccl 60 $PY -m pydfccl demo --schedule scripts/schedules/three_ranks_disordered_with_syncs.json --policy nccl --watchdog 5 ;;

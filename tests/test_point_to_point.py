@@ -42,5 +42,7 @@ def test_crossed_receives_complete_under_dfccl_and_deadlock_under_nccl():
         pydfccl.launch(workers.receive_before_sending, 2, policy="nccl", watchdog_timeout=3.0,
                        timeout=120)
     report = str(info.value)
-    assert "waits for data from rank 1" in report and "waits for data from rank 0" in report
+    # Each rank's receive (registered under the sender's rank as its id) waits for the other.
+    assert "recv 1 (block 0) waits for data from rank 1, which is on recv 0" in report
+    assert "recv 0 (block 0) waits for data from rank 0, which is on recv 1" in report
     assert "wait-for cycle: rank 0 -> rank 1 -> rank 0" in report

@@ -28,12 +28,16 @@ for name in policy_names():
         atomics="atom.add.acq_rel.gpu" in ptx,
         fences="fence.acq_rel.gpu" in ptx and "fence.acq_rel.sys" in ptx,
         timer="%globaltimer" in ptx,
+        vector_loads=ptx.count("ld.global.v2.u64"),
+        vector_stores=ptx.count("st.global.v2.u64"),
+        non_coherent=".nc" in ptx,
+        local_memory="__local_depot" in ptx,
     )
 print(json.dumps(report))
 """
 
 
-def test_every_daemon_compiles_to_ptx_with_ordered_waits():
+def test_every_daemon_compiles_to_ptx_with_ordered_waits_and_16_byte_moves():
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     env["NUMBA_FORCE_CUDA_CC"] = "9.0"
     proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True,
@@ -47,3 +51,9 @@ def test_every_daemon_compiles_to_ptx_with_ordered_waits():
         assert r["unordered"] == 0, f"{name}: a wait loop polls with plain loads"
         assert r["acquire"] and r["release"] and r["atomics"] and r["timer"], (name, r)
         assert r["fences"], (name, r)   # GPU scope for peers on this GPU, system otherwise
+        # The movers' 16-byte path: per dtype, one load for the slot and one for the user's
+        # input, one store for each output; never a non-coherent (.nc) load, since peers
+        # write the slots; the vectors' elements stay in registers.
+        assert r["vector_loads"] >= 2 * 8 and r["vector_stores"] >= 2 * 8, (name, r)
+        assert not r["non_coherent"], (name, r)
+        assert not r["local_memory"], (name, r)

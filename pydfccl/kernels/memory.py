@@ -8,6 +8,11 @@ the protocol needs (``ld.acquire.sys`` that LLVM cannot hoist out of a spin loop
 they are plain-Python twins that read and write the same addresses with ctypes, which is
 how one simulated rank process sees another's shared-memory buffers without copies.
 
+The data movers also reach memory 16 bytes at a time (``load16``/``store16``: one
+``ld.global.v2.u64``/``st.global.v2.u64`` per thread, plain, never ``.nc``: slots are written
+by peer daemons) and take the elements of its two 8-byte words apart in registers
+(``lane``, ``with_lane``); the twins check the 16-byte alignment the GPU requires.
+
 The rest of ``pydfccl.kernels`` imports only these names and never asks which one it got.
 """
 
@@ -26,6 +31,10 @@ __all__ = [
     "load_volatile",
     "store_release",
     "store_volatile",
+    "load16",
+    "store16",
+    "lane",
+    "with_lane",
     "atomic_add",
     "atomic_add_gpu",
     "fence_sys",
@@ -49,6 +58,37 @@ if SIMULATOR:
 
     def load_acquire(addr):
         return ctypes.c_int64.from_address(int(addr)).value
+
+    def _aligned16(addr):
+        addr = int(addr)
+        if addr & 15:
+            raise ValueError(f"16-byte access at {addr:#x}, which is not 16-byte aligned")
+        return addr
+
+    def load16(addr):
+        """The 16 bytes at ``addr`` (16-byte aligned) as two int64 words (low, high)."""
+        addr = _aligned16(addr)
+        return (ctypes.c_int64.from_address(addr).value,
+                ctypes.c_int64.from_address(addr + 8).value)
+
+    def store16(addr, lo, hi):
+        """Writes the 16 bytes (``lo``, ``hi``) at ``addr`` (16-byte aligned)."""
+        addr = _aligned16(addr)
+        ctypes.c_int64.from_address(addr).value = int(lo)
+        ctypes.c_int64.from_address(addr + 8).value = int(hi)
+
+    def lane(word, dtype, k):
+        """Element ``k`` of the int64 ``word`` read as ``8 // itemsize`` elements of
+        ``dtype`` (element 0 in the low bits), as a numpy scalar of ``dtype``, as an array
+        element is."""
+        return np.array([word], np.int64).view(dtype)[k]
+
+    def with_lane(word, dtype, k, value):
+        """``word`` with element ``k`` of ``dtype`` replaced by ``value``, cast to ``dtype``
+        as an array store casts it."""
+        words = np.array([word], np.int64)
+        words.view(dtype)[k] = value
+        return int(words[0])
 
     load_volatile = load_acquire
 
@@ -133,6 +173,96 @@ else:
             return types.none(addr, value), codegen
 
         return store
+
+    _v2i64 = ir.VectorType(_i64, 2)
+
+    def _i32(i):
+        return ir.Constant(ir.IntType(32), i)
+
+    def _global16(builder, address):
+        """``address`` as a pointer to 16 bytes in the global state space, which holds this
+        GPU's memory, peers' memory and mapped host memory alike (a generic address of
+        global memory is its global address)."""
+        return builder.inttoptr(address, _v2i64.as_pointer(1))
+
+    def _element_type(dtype):
+        return dtype.instance_type if isinstance(dtype, types.NumberClass) else dtype.dtype
+
+    @intrinsic
+    def load16(typingctx, addr):
+        """The 16 bytes at ``addr`` (16-byte aligned) as two int64 words (low, high): one
+        plain ``ld.global.v2.u64``. Plain, not ``.nc``: the data may have been written by
+        another agent; the wait before the move fenced, and a barrier ordered this thread."""
+        sig = types.UniTuple(types.int64, 2)(addr)
+
+        def codegen(context, builder, sig, args):
+            address = context.cast(builder, args[0], sig.args[0], types.int64)
+            value = builder.load(_global16(builder, address), align=16)
+            words = [builder.extract_element(value, _i32(i)) for i in range(2)]
+            return context.make_tuple(builder, sig.return_type, words)
+
+        return sig, codegen
+
+    @intrinsic
+    def store16(typingctx, addr, lo, hi):
+        """Writes the 16 bytes (``lo``, ``hi``) at ``addr`` (16-byte aligned): one plain
+        ``st.global.v2.u64``."""
+        sig = types.none(addr, lo, hi)
+
+        def codegen(context, builder, sig, args):
+            address = context.cast(builder, args[0], sig.args[0], types.int64)
+            value = ir.Constant(_v2i64, ir.Undefined)
+            for i in range(2):
+                word = context.cast(builder, args[1 + i], sig.args[1 + i], types.int64)
+                value = builder.insert_element(value, word, _i32(i))
+            builder.store(value, _global16(builder, address), align=16)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    # An element of a word is taken out and put back with shifts: registers only, even
+    # where ``k`` is not a constant (a vector element at a variable index goes through
+    # local memory).
+    def _lane_bits(context, elem):
+        return 8 * context.get_abi_sizeof(context.get_data_type(elem))
+
+    @intrinsic
+    def lane(typingctx, word, dtype, k):
+        """Element ``k`` of the int64 ``word`` read as ``8 // itemsize`` elements of
+        ``dtype`` (element 0 in the low bits)."""
+        elem = _element_type(dtype)
+        sig = elem(word, dtype, k)
+
+        def codegen(context, builder, sig, args):
+            bits = _lane_bits(context, elem)
+            value = context.cast(builder, args[0], sig.args[0], types.int64)
+            shift = builder.mul(context.cast(builder, args[2], sig.args[2], types.int64),
+                                ir.Constant(_i64, bits))
+            small = builder.trunc(builder.lshr(value, shift), ir.IntType(bits))
+            return builder.bitcast(small, context.get_data_type(elem))
+
+        return sig, codegen
+
+    @intrinsic
+    def with_lane(typingctx, word, dtype, k, value):
+        """``word`` with element ``k`` of ``dtype`` replaced by ``value``, cast to ``dtype``
+        as an array store casts it."""
+        elem = _element_type(dtype)
+        sig = types.int64(word, dtype, k, value)
+
+        def codegen(context, builder, sig, args):
+            bits = _lane_bits(context, elem)
+            old = context.cast(builder, args[0], sig.args[0], types.int64)
+            shift = builder.mul(context.cast(builder, args[2], sig.args[2], types.int64),
+                                ir.Constant(_i64, bits))
+            item = context.cast(builder, args[3], sig.args[3], elem)
+            item = builder.zext(builder.bitcast(item, ir.IntType(bits)), _i64) \
+                if bits < 64 else builder.bitcast(item, _i64)
+            mask = builder.shl(ir.Constant(_i64, (1 << bits) - 1 if bits < 64 else -1), shift)
+            kept = builder.and_(old, builder.not_(mask))
+            return builder.or_(kept, builder.shl(item, shift))
+
+        return sig, codegen
 
     # Generic addressing, so one instruction serves device, peer and mapped host memory.
     load_acquire = _load("ld.acquire.sys.b64 $0, [$1];")

@@ -24,7 +24,8 @@ after the division of ``avg``, as NCCL does (``numerics.py``).
 import numpy as np
 from numba import cuda
 
-from .memory import as_array, backoff, fence_gpu, fence_sys, load_volatile, now_ns
+from .memory import (as_array, backoff, fence_gpu, fence_sys, lane, load16, load_volatile,
+                     now_ns, store16, with_lane)
 from .numerics import (bfloat16_to_float32, float16_to_float32, float32_to_bfloat16,
                        float32_to_float16)
 from ..codes import DTYPES, OPS
@@ -114,15 +115,75 @@ def _same(v):
     return v
 
 
+VECTOR_BYTES = 16
+
+
+@cuda.jit(device=True)
+def _vector_span(n, itemsize, flags, slot_in, user_in, slot_out, user_out):
+    """(head, vectors): the block moves elements ``[head, head + vectors * 16 // itemsize)``
+    as 16-byte vectors, the ``head`` before and the tail after them one at a time.
+
+    A vector needs every address the step touches 16-byte aligned at it, so they must all
+    sit at the same offset from a 16-byte boundary (slots are at 16-byte multiples; a user
+    buffer may be anywhere); the head is what it takes to reach the boundary. Otherwise no
+    vectors."""
+    r = -1
+    same = True
+    if flags & F_RECV:
+        r = slot_in & 15
+    if flags & F_USER_IN:
+        if r >= 0 and (user_in & 15) != r:
+            same = False
+        r = user_in & 15
+    if flags & F_SEND:
+        if r >= 0 and (slot_out & 15) != r:
+            same = False
+        r = slot_out & 15
+    if flags & F_USER_OUT:
+        if r >= 0 and (user_out & 15) != r:
+            same = False
+        r = user_out & 15
+    if not same or r < 0 or r % itemsize != 0:
+        return 0, 0
+    head = min(n, ((VECTOR_BYTES - r) & 15) // itemsize)
+    return head, (n - head) // (VECTOR_BYTES // itemsize)
+
+
+@cuda.jit(device=True)
+def _copy_vectors(nvec, flags, start, slot_in, user_in, slot_out, user_out):
+    """A step that reduces nothing: the block copies ``nvec`` 16-byte vectors from byte
+    ``start`` of its source (the slot it received, else the user's input) to its
+    destinations, whatever the element type."""
+    src = slot_in if flags & F_RECV else user_in
+    i = cuda.threadIdx.x
+    stride = cuda.blockDim.x
+    while i < nvec:
+        at = start + i * VECTOR_BYTES
+        lo, hi = load16(src + at)
+        if flags & F_SEND:
+            store16(slot_out + at, lo, hi)
+        if flags & F_USER_OUT:
+            store16(user_out + at, lo, hi)
+        i += stride
+
+
 def _make_mover(storage, compute=None, widen=_same, narrow=_same):
     """The generic primitive for elements stored as ``storage`` (a factory, not a template).
 
     The 16-bit floats compute in a wider type (``compute``, float32): every combine widens
     both operands, applies the op and ``narrow``s the result back (round to nearest even)
     before it is sent on or stored, as NCCL reduces half and bfloat16 (``numerics.py``).
-    Copies move the stored elements untouched."""
+    Copies move the stored elements untouched.
+
+    Where the step's addresses allow it (``_vector_span``), the block moves 16-byte vectors
+    (``16 // itemsize`` elements each, one per thread at a time); the elements before and
+    after them, and every element of a step whose addresses do not allow it, one at a time.
+    Both compute each element with ``element``, so they give the same bits."""
     compute = storage if compute is None else compute
     integer = np.issubdtype(compute, np.integer)
+    itemsize = np.dtype(storage).itemsize
+    lanes = VECTOR_BYTES // itemsize
+    per_word = lanes // 2
 
     @cuda.jit(device=True)
     def _post(v, divisor):
@@ -134,27 +195,70 @@ def _make_mover(storage, compute=None, widen=_same, narrow=_same):
         return v / compute(divisor)
 
     @cuda.jit(device=True)
+    def element(flags, op, divisor, s, m):
+        """One output element from the received element ``s`` and the user's ``m``."""
+        if flags & F_RECV:
+            v = s
+            if flags & F_USER_IN:
+                v = narrow(_combine(op, widen(v), widen(m)))
+        else:
+            v = m
+        if flags & F_POSTDIV:
+            v = narrow(_post(widen(v), divisor))
+        return v
+
+    @cuda.jit(device=True)
+    def reduce_vectors(nvec, flags, op, divisor, start, slot_in, user_in, slot_out, user_out):
+        i = cuda.threadIdx.x
+        stride = cuda.blockDim.x
+        while i < nvec:
+            at = start + i * VECTOR_BYTES
+            slo, shi = 0, 0
+            mlo, mhi = 0, 0
+            if flags & F_RECV:
+                slo, shi = load16(slot_in + at)
+            if flags & F_USER_IN:
+                mlo, mhi = load16(user_in + at)
+            lo, hi = 0, 0
+            for k in range(per_word):     # the two 8-byte words side by side
+                lo = with_lane(lo, storage, k, element(flags, op, divisor, lane(slo, storage, k),
+                                                      lane(mlo, storage, k)))
+                hi = with_lane(hi, storage, k, element(flags, op, divisor, lane(shi, storage, k),
+                                                      lane(mhi, storage, k)))
+            if flags & F_SEND:
+                store16(slot_out + at, lo, hi)
+            if flags & F_USER_OUT:
+                store16(user_out + at, lo, hi)
+            i += stride
+
+    @cuda.jit(device=True)
     def mover(n, flags, op, divisor, slot_in, user_in, slot_out, user_out):
+        head, nvec = _vector_span(n, itemsize, flags, slot_in, user_in, slot_out, user_out)
+        if nvec > 0:
+            start = head * itemsize
+            if (flags & F_RECV and flags & F_USER_IN) or flags & F_POSTDIV:
+                reduce_vectors(nvec, flags, op, divisor, start, slot_in, user_in, slot_out,
+                               user_out)
+            else:
+                _copy_vectors(nvec, flags, start, slot_in, user_in, slot_out, user_out)
+        # the head and the tail, one element at a time
         src = as_array(slot_in, n if flags & F_RECV else 0, storage)
         mine = as_array(user_in, n if flags & F_USER_IN else 0, storage)
         dst = as_array(slot_out, n if flags & F_SEND else 0, storage)
         out = as_array(user_out, n if flags & F_USER_OUT else 0, storage)
-        i = cuda.threadIdx.x
+        skip = nvec * lanes
+        j = cuda.threadIdx.x
         stride = cuda.blockDim.x
-        while i < n:
-            if flags & F_RECV:
-                v = src[i]
-                if flags & F_USER_IN:
-                    v = narrow(_combine(op, widen(v), widen(mine[i])))
-            else:
-                v = mine[i]
-            if flags & F_POSTDIV:
-                v = narrow(_post(widen(v), divisor))
+        while j < n - skip:
+            i = j if j < head else j + skip
+            s = src[i] if flags & F_RECV else storage(0)
+            m = mine[i] if flags & F_USER_IN else storage(0)
+            v = element(flags, op, divisor, s, m)
             if flags & F_SEND:
                 dst[i] = v
             if flags & F_USER_OUT:
                 out[i] = v
-            i += stride
+            j += stride
 
     return mover
 

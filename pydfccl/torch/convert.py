@@ -53,11 +53,12 @@ def check_tensor(t, what: str, device=None) -> None:
     dtype_name(t.dtype)
     if not t.is_contiguous():
         raise ValueError(f"pydfccl.torch: {what} is not contiguous; pass t.contiguous()")
-    if t.is_cuda == platform.SIMULATOR:
-        raise ValueError(
-            f"pydfccl.torch: {what} is on {t.device}, but pydfccl runs "
-            + ("on the CUDA simulator here (no GPU): use CPU tensors" if platform.SIMULATOR
-               else "on the GPU: use CUDA tensors"))
+    if t.is_cuda and platform.SIMULATOR:
+        raise ValueError(f"pydfccl.torch: {what} is on {t.device}, but pydfccl runs on the "
+                         "CUDA simulator here: use CPU tensors")
+    if not t.is_cuda and platform.gpu_available():
+        raise ValueError(f"pydfccl.torch: {what} is on {t.device}, but pydfccl runs on the "
+                         "GPU: use CUDA tensors")
     if device is not None and t.device != device:
         raise ValueError(f"pydfccl.torch: {what} is on {t.device}, the other tensor on {device}")
 

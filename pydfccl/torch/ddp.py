@@ -4,18 +4,18 @@
 
 ``group`` is a TorchGroup, a "dfccl" process group, or None (the default group). The
 bucket is averaged in place with op "avg" (sum, then divided by the group size, as
-NCCL's avg does) and the hook returns the ``torch.futures.Future`` that DDP waits on."""
-
-from __future__ import annotations
+NCCL's avg does) and the hook returns the ``torch.futures.Future`` that DDP waits on
+(annotated as DDP checks: no ``from __future__ import annotations`` here)."""
 
 import torch
+import torch.distributed as dist
 
 from .functional import get_group
 
 __all__ = ["allreduce_hook"]
 
 
-def allreduce_hook(state, bucket) -> torch.futures.Future:
+def allreduce_hook(state, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     group = get_group(state)
     buffer = bucket.buffer()
     work = group.run("all_reduce", buffer, None, count=buffer.numel(), op="avg",

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from .convert import op_name
+from .convert import check_tensor, op_name
 from .group import TorchGroup
 
 __all__ = ["set_default_group", "get_group", "all_reduce", "all_gather_into_tensor",
@@ -38,13 +38,20 @@ def get_group(group=None) -> TorchGroup:
     return inner
 
 
+def _tensors(what, *tensors):
+    for t in tensors:
+        check_tensor(t, what)
+
+
 def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
+    _tensors("all_reduce's tensor", tensor)
     g = get_group(group)
     return g.run("all_reduce", tensor, None, count=tensor.numel(), op=op_name(op),
                  async_op=async_op)
 
 
 def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False):
+    _tensors("all_gather_into_tensor's tensors", output_tensor, input_tensor)
     g = get_group(group)
     if output_tensor.numel() != g.size * input_tensor.numel():
         raise ValueError(f"pydfccl.torch: all_gather_into_tensor: output has "
@@ -55,6 +62,7 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=Fal
 
 
 def reduce_scatter_tensor(output, input, op=dist.ReduceOp.SUM, group=None, async_op=False):
+    _tensors("reduce_scatter_tensor's tensors", output, input)
     g = get_group(group)
     if input.numel() != g.size * output.numel():
         raise ValueError(f"pydfccl.torch: reduce_scatter_tensor: input has {input.numel()} "
@@ -64,24 +72,28 @@ def reduce_scatter_tensor(output, input, op=dist.ReduceOp.SUM, group=None, async
 
 
 def broadcast(tensor, src, group=None, async_op=False):
+    _tensors("broadcast's tensor", tensor)
     g = get_group(group)
     return g.run("broadcast", tensor, None, count=tensor.numel(),
                  root=g.check_rank(src, "broadcast src"), async_op=async_op)
 
 
 def reduce(tensor, dst, op=dist.ReduceOp.SUM, group=None, async_op=False):
+    _tensors("reduce's tensor", tensor)
     g = get_group(group)
     return g.run("reduce", tensor, None, count=tensor.numel(), op=op_name(op),
                  root=g.check_rank(dst, "reduce dst"), async_op=async_op)
 
 
 def isend(tensor, dst, group=None):
+    _tensors("send's tensor", tensor)
     g = get_group(group)
     return g.run("send", tensor, None, count=tensor.numel(),
                  peer=g.check_rank(dst, "send dst", not_self=True), async_op=True)
 
 
 def irecv(tensor, src, group=None):
+    _tensors("recv's tensor", tensor)
     g = get_group(group)
     return g.run("recv", tensor, None, count=tensor.numel(),
                  peer=g.check_rank(src, "recv src", not_self=True), async_op=True)
@@ -98,6 +110,7 @@ def recv(tensor, src, group=None) -> int:
 
 def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None,
                       group=None, async_op=False):
+    _tensors("all_to_all_single's tensors", output, input)
     g = get_group(group)
     for name, splits in (("output_split_sizes", output_split_sizes),
                          ("input_split_sizes", input_split_sizes)):

@@ -22,6 +22,17 @@ HERE = Path(__file__).parent
 ROOT = HERE.parent
 
 
+@pytest.fixture(autouse=True)
+def device():
+    """CUDA tensors on a GPU (the stand-in communicator's runs then pass the real stream
+    gate), CPU tensors otherwise."""
+    from pydfccl import platform
+    dev = "cuda" if platform.gpu_available() else "cpu"
+    torch.set_default_device(dev)
+    yield dev
+    torch.set_default_device("cpu")
+
+
 def test_importing_pydfccl_does_not_import_torch():
     code = "import sys, pydfccl; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
@@ -97,11 +108,13 @@ def test_bad_arguments_are_named(group, call, error, match):
     assert group.comm.runs == []
 
 
-def test_work_and_future(group):
+def test_work_and_future(group, device):
     t = torch.ones(3)
     work = pt.all_reduce(t, group=group, async_op=True)
-    assert work.wait() and work.is_completed() and work.is_success()
     assert work.get_future().wait()[0] is t
+    assert work.wait() and work.is_completed() and work.is_success()
+    if device == "cuda":                 # the stream waits on the done word, then goes on
+        torch.cuda.current_stream().synchronize()
 
 
 # -- the stream gate, with stand-in stream operations --------------------------------------

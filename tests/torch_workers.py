@@ -9,6 +9,10 @@ import torch
 import torch.distributed as dist
 
 import pydfccl.torch as pt
+from pydfccl import platform
+
+# CUDA tensors where pydfccl runs on a GPU, CPU tensors under the simulator.
+DEV = "cuda" if not platform.SIMULATOR and torch.cuda.is_available() else "cpu"
 
 
 def collectives(rank, size):
@@ -59,7 +63,8 @@ def ddp(rank, size):
     reference = [p.detach().clone() for p in model.parameters()]
     ddp_model = DDP(model)
     ddp_model.register_comm_hook(None, pt.allreduce_hook)
-    data = [torch.randn(5, 4, generator=torch.Generator().manual_seed(r)) for r in range(size)]
+    data = [torch.randn(5, 4, generator=torch.Generator().manual_seed(r), device="cpu").to(DEV)
+            for r in range(size)]
     ddp_model(data[rank]).square().sum().backward()
     # The single-process reference: the average of every rank's gradient.
     ref_model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
@@ -84,6 +89,9 @@ def mismatch(rank, size):
 def main():
     case = sys.argv[1]
     rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if DEV == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
+    torch.set_default_device(DEV)
     dist.init_process_group("dfccl", rank=rank, world_size=size)
     result = globals()[case](rank, size)
     print("RESULT " + json.dumps(result), flush=True)

@@ -86,7 +86,8 @@ def bad_inputs(comm):
     comm.start()
     expect(ValueError, comm.run, 1, x)                                 # no in-place form
     expect(ValueError, comm.run, 1, comm.empty(4, "float32"), x)       # send needs n * 5
-    expect(pydfccl.PydfcclError, comm.prepare, 1, "all_reduce", count=10)  # after start
+    expect(ValueError, comm.prepare, 1, "all_reduce", count=10)        # taken, after start
+    expect(pydfccl.PydfcclError, comm.start)                           # started already
     expect(ValueError, comm.run, 7, x)                                 # unknown coll_id
     expect(ValueError, comm.run, 0, comm.empty(9, "float32"))          # too small
     expect(TypeError, comm.run, 0, comm.empty(10, "int32"))            # wrong dtype

@@ -166,9 +166,11 @@ class HostAPI(RuleBasedStateMachine):
 
     @rule(call=st.sampled_from(["prepare", "start", "run", "synchronize_device"]))
     def call_in_the_wrong_state(self, call):
-        """Each call is allowed in one state only; elsewhere it raises PydfcclError."""
-        allowed = "preparing" if call in ("prepare", "start") else "started"
-        if self.state == allowed:
+        """Each call is allowed in its states only (prepare also after start: late
+        registration); elsewhere it raises PydfcclError."""
+        allowed = {"prepare": ("preparing", "started"), "start": ("preparing",)}.get(
+            call, ("started",))
+        if self.state in allowed:
             return
         coll_id = min(self.specs, default=0)
         args = dict(prepare=(coll_id + 50, "all_reduce", 4),

@@ -10,6 +10,10 @@ of the two completed the future.
 
 At most one run of a collective is in flight; further runs of it wait on the host, so the
 k-th run on every rank meets the k-th run on every other rank.
+
+A collective prepared after ``start()`` (late registration, :mod:`pydfccl.registry`) is
+placed without an exchange and published in this rank's control row; its runs wait on the
+host until the poller has seen every peer publish the same signature.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from .progress import poller
 from .errors import AbortedError, DeadlockError, PydfcclError
 from .log import logger
 from .reference import buffer_elems
-from .registry import check_signatures, placement
+from .registry import LatePlacer, check_signatures, late_verdict, placement
 from .trace import TraceReader
 from .sched.policies import get_policy
 from .watchdog import Watchdog, rank_status
@@ -125,6 +129,8 @@ class Communicator:
         self._specs: dict[int, CollSpec] = {}
         self._index: dict[int, int] = {}
         self._by_index: dict[int, int] = {}
+        self._placer: LatePlacer | None = None
+        self._unconfirmed: dict[int, float] = {}   # late index -> when it was registered
         self._state = "preparing"
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
@@ -154,6 +160,9 @@ class Communicator:
         timeout = watchdog_timeout if watchdog_timeout is not None else (
             60.0 if platform.SIMULATOR else 20.0)
         self._watchdog = Watchdog(world, rank, timeout, self._describe_coll)
+        # A late registration that a peer has not matched by then is reported as such, before
+        # the watchdog would call the stall a deadlock.
+        self._late_timeout = timeout / 2
 
     @classmethod
     def from_mpi(cls, mpi_comm, *, policy="dfccl", watchdog_timeout: float | None = None,
@@ -184,8 +193,14 @@ class Communicator:
 
         Point to point: ``kind="send"`` with ``peer=`` the receiving rank on the sender, and
         ``kind="recv"`` with ``peer=`` the sender on the receiver, under the same id, count
-        and dtype; no other rank registers that id."""
-        self._require("preparing", "prepare")
+        and dtype; no other rank registers that id.
+
+        After ``start()`` (late registration) every rank must prepare its collectives in the
+        same order, and each (sender, receiver) pair its transfers in the same order; the
+        first run waits until every peer has published the same signature, and a
+        difference fails the runs with ``ValueError`` naming the field and the ranks."""
+        if self._state != "started":
+            self._require("preparing", "prepare")
         if not isinstance(coll_id, (int, np.integer)) or coll_id < 0:
             raise ValueError(f"coll_id must be a non-negative int, got {coll_id!r}")
         if coll_id in self._specs:
@@ -207,8 +222,42 @@ class Communicator:
             root = peer     # the daemon finds a transfer's peer where a chain keeps its root
         elif peer is not None:
             raise ValueError(f"collective {coll_id}: peer= is for send and recv, not {kind}")
-        self._specs[int(coll_id)] = CollSpec(int(coll_id), kind, int(count), dt.name, op,
-                                             int(root), int(priority))
+        spec = CollSpec(int(coll_id), kind, int(count), dt.name, op, int(root), int(priority))
+        if self._state == "started":
+            self._prepare_late(spec)
+        self._specs[spec.coll_id] = spec
+
+    def _table_entry(self, spec: CollSpec, conn: int) -> tuple:
+        """The daemon's collective-table record of ``spec`` using connector sets from
+        ``conn`` on."""
+        cfg = self.world.config
+        itemsize = np.dtype(spec.dtype).itemsize
+        loop_elems = (cfg.slot_bytes // itemsize) * (self.nranks if spec.kind == "all_reduce"
+                                                     else 1)
+        return (kind_code(spec.kind), dtype_code(spec.dtype), op_code(spec.op), spec.count,
+                spec.root, max(1, min(cfg.nblocks, -(-spec.count // loop_elems))), itemsize,
+                conn)
+
+    def _prepare_late(self, spec: CollSpec) -> None:
+        """Place ``spec``, write its table entry (the daemon reads it at the first run,
+        after an acquire of that run's SQ entry) and publish it for the peers."""
+        if spec.kind in POINT_TO_POINT:
+            sender, receiver = ((self.rank, spec.root) if spec.kind == "send"
+                                else (spec.root, self.rank))
+            index, conn = self._placer.transfer(sender, receiver)
+        else:
+            index, conn = self._placer.collective(spec.kind)
+        entry = np.array([self._table_entry(spec, conn)], L.COLL_ENTRY)
+        self.world.pools[self.rank].write(L.P_COLLS + index * L.COLL_ENTRY.itemsize, entry)
+        published = self._row["registered"][0]
+        published[index] = (0, spec.coll_id, kind_code(spec.kind), dtype_code(spec.dtype),
+                            op_code(spec.op), spec.count, spec.root, 0)
+        published["published"][index] = 1       # last: the peers read the fields after it
+        with self._lock:
+            self._index[spec.coll_id] = index
+            self._by_index[index] = spec.coll_id
+            self._unconfirmed[index] = time.monotonic()
+        poller.wake()
 
     def start(self) -> None:
         """End registration: check signatures across ranks, then start the daemon."""
@@ -224,14 +273,9 @@ class Communicator:
         table = np.zeros(L.MAX_COLLS, L.COLL_ENTRY)
         for coll_id, spec in self._specs.items():
             self._index[coll_id] = index[coll_id]
-            itemsize = np.dtype(spec.dtype).itemsize
-            loop_elems = (cfg.slot_bytes // itemsize) * (self.nranks if spec.kind == "all_reduce"
-                                                         else 1)
-            table[index[coll_id]] = (
-                kind_code(spec.kind), dtype_code(spec.dtype), op_code(spec.op), spec.count,
-                spec.root, max(1, min(cfg.nblocks, -(-spec.count // loop_elems))), itemsize,
-                conn[coll_id])
+            table[index[coll_id]] = self._table_entry(spec, conn[coll_id])
         self.world.pools[self.rank].write(L.P_COLLS, table)
+        self._placer = LatePlacer(self.nranks, cfg.max_colls, len(index), used)
         self._row["params"][0] = self.policy.param_array(platform.SIMULATOR)
         self._by_index = {i: c for c, i in index.items()}   # every rank's ids, for reports
         self._tracer = TraceReader(self.world.pools[self.rank], self.rank, cfg.nblocks,
@@ -285,7 +329,7 @@ class Communicator:
                 self._error = self._abort_error()
             if self._error is not None:
                 raise self._error
-            if index in self._inflight:
+            if index in self._inflight or index in self._unconfirmed:
                 self._pending[index].append((future, send_addr, recv_addr, prio, (send, recv)))
             else:
                 self._submit(index, future, send_addr, recv_addr, prio, (send, recv))
@@ -475,7 +519,8 @@ class Communicator:
 
     def _needs_polling(self) -> bool:
         return self._state == "started" and self._error is None and (
-            self._outstanding() > 0 or bool(self._row["host_blocked"][0]))
+            self._outstanding() > 0 or bool(self._row["host_blocked"][0])
+            or bool(self._unconfirmed))
 
     def _next_stamp(self) -> tuple[int, int]:
         """(address, value) of the CQ stamp that announces this rank's next completion."""
@@ -486,6 +531,8 @@ class Communicator:
         """Complete what the CQ holds, else look for an abort or a stall; True if any
         future completed. A failure here fails this rank's futures, not the poller."""
         try:
+            if self._unconfirmed and self._confirm_late():
+                return True
             if self._drain_cq():
                 return True
             if self._row["abort"][0]:
@@ -500,6 +547,47 @@ class Communicator:
         except Exception as exc:
             self._set_error(PydfcclError(f"rank {self.rank}: completion poller failed: {exc!r}"))
         return False
+
+    def _confirm_late(self) -> bool:
+        """Compare late registrations with what the peers published; submit the first run
+        of each one confirmed. A difference, or a peer that never publishes, aborts every
+        rank with a report that names it. True if a run was submitted."""
+        submitted = False
+        registered = self.world.ctl["registered"]
+        for index, since in list(self._unconfirmed.items()):
+            try:
+                missing = late_verdict(registered, index, self.rank)
+            except ValueError as exc:
+                self._fail_everywhere(exc)
+                return False
+            if missing:
+                if time.monotonic() - since > self._late_timeout:
+                    spec = self._specs[self._by_index[index]]
+                    self._fail_everywhere(ValueError(
+                        f"collective {spec.coll_id} ({spec.kind}, count {spec.count}, "
+                        f"{spec.dtype}) was prepared on rank {self.rank} but not on ranks "
+                        f"{missing} within {self._late_timeout:.0f} s: the ranks' calls differ "
+                        "(every rank must issue a group's collectives in the same order)"))
+                    return False
+                continue
+            with self._lock:
+                del self._unconfirmed[index]
+                first = (index not in self._inflight and self._pending[index]
+                         and self._error is None)
+                if first:
+                    self._submit(index, *self._pending[index].popleft())
+                    self._wake.notify_all()
+            if first and not self.persistent:
+                self._launch_once()
+            submitted = submitted or bool(first)
+        return submitted
+
+    def _fail_everywhere(self, error: Exception) -> None:
+        """Abort every rank with ``error``'s text as the report (the first report stays)."""
+        if not self.world.ctl["abort"].any():
+            self.world.set_report(f"rank {self.rank}: {error}")
+            self.world.abort_all()
+        self._set_error(error)
 
     def _help_until_done(self, future, timeout) -> None:
         """Drain the CQ from the calling thread until ``future`` is done (or a short while)."""

@@ -17,7 +17,8 @@ import numpy as np
 
 __all__ = [
     "MAX_COLLS", "MAX_BLOCKS", "SQ_CAP", "CQ_CAP", "TRACE_CAP", "TRACE_KINDS",
-    "BLOCK_STATUS", "SQ_ENTRY", "CQ_ENTRY", "CTL_ROW", "COLL_ENTRY", "TASK", "TRACE_EVENT",
+    "BLOCK_STATUS", "SQ_ENTRY", "CQ_ENTRY", "REGISTRATION", "CTL_ROW", "COLL_ENTRY", "TASK",
+    "TRACE_EVENT",
     "POOL_HEADER",
     "CONN_HEADER_BYTES", "conn_bytes", "pool_bytes", "word",
 ]
@@ -54,6 +55,17 @@ CQ_ENTRY = np.dtype([
     ("coll", I8),
 ])
 
+REGISTRATION = np.dtype([  # a collective prepared after start(), published for the peers
+    ("published", I8),     # 1 once the fields below are written
+    ("coll_id", I8),
+    ("kind", I8),
+    ("dtype", I8),
+    ("op", I8),
+    ("count", I8),
+    ("root", I8),          # send and recv: the peer
+    ("pad", I8),
+])
+
 CTL_ROW = np.dtype([
     ("abort", I8),
     ("host_blocked", I8),  # 1 while this rank's host is blocked in a device synchronize
@@ -67,6 +79,7 @@ CTL_ROW = np.dtype([
     ("blocks", BLOCK_STATUS, MAX_BLOCKS),
     ("sq", SQ_ENTRY, SQ_CAP),
     ("cq", CQ_ENTRY, CQ_CAP),
+    ("registered", REGISTRATION, MAX_COLLS),   # by daemon index; only the host reads it
 ])
 
 COLL_ENTRY = np.dtype([

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import collections
 
-from .codes import KINDS, POINT_TO_POINT
+from .codes import DTYPES, KINDS, OPS, POINT_TO_POINT
 from .kernels.plans import connector_sets
 
-__all__ = ["check_signatures", "placement"]
+__all__ = ["check_signatures", "placement", "LatePlacer", "late_verdict"]
 
 
 def _differing(coll_id, field, values: dict) -> ValueError:
@@ -75,3 +75,87 @@ def placement(per_rank: list, nranks: int) -> tuple[dict, dict, int]:
         conn[cid] = used
         used += connector_sets(KINDS[kinds[cid]], nranks)
     return index, conn, used
+
+
+class LatePlacer:
+    """Index and connector sets of collectives prepared after ``start()``, computed alike on
+    every rank without an exchange.
+
+    Collectives of every rank go after the ones placed at start, in the order they are
+    prepared: every rank prepares them in the same order (torch requires that of a process
+    group), or ``late_verdict`` reports the difference. A point-to-point transfer is seen by
+    its two ranks only, so it takes a place fixed by its (sender, receiver) pair and its
+    ordinal on that pair, counted down from the top: index and connector set are the same
+    number, unique in the world, so no pool holds two users of one set. The two regions
+    must not meet; the ranks of a transfer notice when they would."""
+
+    def __init__(self, nranks: int, max_colls: int, next_index: int, next_conn: int):
+        self.nranks, self.max_colls = nranks, max_colls
+        self.next_index, self.next_conn = next_index, next_conn
+        self.lowest_transfer = max_colls       # lowest place a transfer of this rank took
+        self.ordinals = collections.Counter()  # (sender, receiver) -> transfers placed
+
+    def _full(self, what: str) -> ValueError:
+        return ValueError(f"no room for {what}: the collectives prepared after start() use "
+                          f"{self.next_conn} connector sets and the point-to-point transfers "
+                          f"the places from {self.lowest_transfer} up, of "
+                          f"WorldConfig.max_colls = {self.max_colls}; make max_colls larger")
+
+    def collective(self, kind: str) -> tuple[int, int]:
+        sets = connector_sets(KINDS[kind], self.nranks)
+        if self.next_conn + sets > self.lowest_transfer:
+            raise self._full(f"another {kind}")
+        placed = self.next_index, self.next_conn
+        self.next_index += 1
+        self.next_conn += sets
+        return placed
+
+    def transfer(self, sender: int, receiver: int) -> tuple[int, int]:
+        n = self.nranks
+        pair = sender * (n - 1) + (receiver - sender - 1) % n      # 0 .. n(n-1) - 1
+        place = self.max_colls - 1 - (self.ordinals[sender, receiver] * n * (n - 1) + pair)
+        if place < self.next_conn:
+            raise self._full(f"another transfer from rank {sender} to rank {receiver}")
+        self.ordinals[sender, receiver] += 1
+        self.lowest_transfer = min(self.lowest_transfer, place)
+        return place, place
+
+
+_NAMES = {"kind": {v: k for k, v in KINDS.items()}, "dtype": {v: k for k, v in DTYPES.items()},
+          "op": {v: k for k, v in OPS.items()}}
+
+
+def _readable(entry, field):
+    value = int(entry[field])
+    return _NAMES[field].get(value, value) if field in _NAMES else value
+
+
+def late_verdict(registered, index: int, rank: int) -> list:
+    """Compare the registrations every rank published at ``index`` (``registered[r]`` is
+    rank r's table of ``layout.REGISTRATION``). Returns the ranks still to publish (empty:
+    confirmed); raises ValueError naming the collective, field and ranks that differ."""
+    mine = registered[rank][index]
+    kind = _readable(mine, "kind")
+    if kind in POINT_TO_POINT:
+        peers, fields = [int(mine["root"])], ("coll_id", "count", "dtype")
+    else:
+        peers, fields = range(len(registered)), ("coll_id", "kind", "count", "dtype", "op",
+                                                 "root")
+    missing = [r for r in peers if not registered[r][index]["published"]]
+    seen = {r: registered[r][index] for r in peers if r not in missing}
+    if rank not in seen:
+        seen[rank] = mine
+    coll_id = int(mine["coll_id"])
+    for field in fields:
+        values = {r: _readable(e, field) for r, e in sorted(seen.items())}
+        if len(set(values.values())) > 1:
+            raise _differing(coll_id, field, values)
+    if kind in POINT_TO_POINT and not missing:
+        (peer,) = peers
+        other = registered[peer][index]
+        if {kind, _readable(other, "kind")} != set(POINT_TO_POINT) or int(other["root"]) != rank:
+            raise ValueError(
+                f"collective {coll_id}: rank {rank} prepared a {kind} with peer {peer}, but "
+                f"rank {peer} prepared a {_readable(other, 'kind')} with peer "
+                f"{int(other['root'])}")
+    return missing

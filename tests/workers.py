@@ -86,7 +86,8 @@ def bad_inputs(comm):
     comm.start()
     expect(ValueError, comm.run, 1, x)                                 # no in-place form
     expect(ValueError, comm.run, 1, comm.empty(4, "float32"), x)       # send needs n * 5
-    expect(pydfccl.PydfcclError, comm.prepare, 1, "all_reduce", count=10)  # after start
+    expect(ValueError, comm.prepare, 1, "all_reduce", count=10)        # taken, after start
+    expect(pydfccl.PydfcclError, comm.start)                           # started already
     expect(ValueError, comm.run, 7, x)                                 # unknown coll_id
     expect(ValueError, comm.run, 0, comm.empty(9, "float32"))          # too small
     expect(TypeError, comm.run, 0, comm.empty(10, "int32"))            # wrong dtype
@@ -352,3 +353,51 @@ def negative_average(comm):
     comm.start()
     mine = np.array([[-3, -1, 2, -7], [0, 0, 1, 2]][comm.rank], np.int32)
     return platform.to_numpy(comm.run(0, _fill(comm, mine)).result(timeout=120)).tolist()
+
+
+def late_registration(comm):
+    """Collectives and transfers prepared after start(), each run once and returned."""
+    comm.start()
+    out = {}
+    comm.prepare(0, "all_reduce", count=5)
+    x = np.full(5, comm.rank + 1.0, np.float32)
+    comm.run(0, x).result(timeout=60)
+    out["all_reduce"] = x.tolist()
+    comm.prepare(1, "broadcast", count=3, dtype="int64", root=1)
+    y = np.full(3, comm.rank, np.int64)
+    comm.run(1, y).result(timeout=60)
+    out["broadcast"] = y.tolist()
+    # Rank 0 sends to 1 and 1 to 0: each rank prepares its send before its recv, so the
+    # two directions are registered in different orders on the two ranks.
+    if comm.rank < 2:
+        peer = 1 - comm.rank
+        comm.prepare(100 + comm.rank, "send", count=4, peer=peer)
+        comm.prepare(100 + peer, "recv", count=4, peer=peer)
+        send = np.arange(4, dtype=np.float32) + 10 * comm.rank
+        recv = np.zeros(4, np.float32)
+        futures = [comm.run(100 + peer, recv), comm.run(100 + comm.rank, send)]
+        for f in futures:
+            f.result(timeout=60)
+        out["recv"] = recv.tolist()
+    return out
+
+
+def late_mismatch(comm, case):
+    """Ranks that prepare differently after start(); the run must fail, not hang."""
+    comm.start()
+    if case == "count":
+        comm.prepare(0, "all_reduce", count=5 + comm.rank)
+        return comm.run(0, np.ones(5 + comm.rank, np.float32)).result(timeout=60)
+    if case == "order":      # rank 0 prepares an all_reduce first, the others a broadcast
+        first, second = ("all_reduce", "broadcast") if comm.rank == 0 else ("broadcast",
+                                                                             "all_reduce")
+        comm.prepare(0, first, count=4)
+        comm.prepare(1, second, count=4)
+        return [comm.run(i, np.ones(4, np.float32)).result(timeout=60) for i in (0, 1)]
+    if case == "missing":    # only rank 0 prepares it
+        if comm.rank == 0:
+            comm.prepare(0, "all_reduce", count=4)
+            return comm.run(0, np.ones(4, np.float32)).result(timeout=60)
+        time.sleep(8)
+        return None
+    raise ValueError(case)

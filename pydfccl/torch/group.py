@@ -1,0 +1,134 @@
+"""``TorchGroup``: torch tensors through one pydfccl communicator.
+
+pydfccl runs collectives registered with a fixed signature (kind, count, dtype, op, root);
+torch calls come with any shape at any time. A group registers each new signature when it
+first meets it (``Communicator.prepare`` after ``start``). Every rank of a torch process
+group issues the group's collectives in the same order (torch requires it), so the k-th new
+signature gets the same id on every rank; a transfer gets an id from its (sender,
+receiver) pair and its ordinal on that pair, which its two ranks count alike. A rank that
+differs is reported by the communicator's cross-rank check, naming the field and ranks.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+
+import torch
+
+from .convert import as_buffer, check_tensor, dtype_name
+from .work import Work
+
+__all__ = ["TorchGroup", "P2P_BASE"]
+
+P2P_BASE = 1 << 40       # transfer ids: P2P_BASE + (sender * size + receiver) << 20 + ordinal
+_REDUCING = ("all_reduce", "reduce_scatter", "reduce")
+
+_gate = None
+_gate_lock = threading.Lock()
+
+
+def _stream_gate():
+    """The process's StreamGate (made on the first CUDA collective)."""
+    global _gate
+    with _gate_lock:
+        if _gate is None:
+            from .streams import StreamGate
+            _gate = StreamGate()
+        return _gate
+
+
+class TorchGroup:
+    """Collectives on torch tensors over ``comm``, a started Communicator that this group
+    owns (it registers collectives on it as calls come)."""
+
+    def __init__(self, comm):
+        self.comm = comm
+        self.rank, self.size = comm.rank, comm.nranks
+        self._ids: dict[tuple, int] = {}
+        self._next_id = 0
+        self._pair_ordinals = collections.Counter()
+        self._lock = threading.Lock()
+        self._alive: dict = {}       # tensors (and views) that must live until completion
+
+    def coll_id(self, kind: str, count: int, dtype: str, op: str = "sum", root: int = 0,
+                peer: int | None = None) -> int:
+        """The id of this signature, registering it on first sight."""
+        if kind not in _REDUCING:
+            op = "sum"
+        key = (kind, count, dtype, op, root, peer)
+        with self._lock:
+            if key in self._ids:
+                return self._ids[key]
+            if peer is None:
+                cid = self._next_id
+                self._next_id += 1
+            else:
+                pair = (self.rank, peer) if kind == "send" else (peer, self.rank)
+                cid = (P2P_BASE + ((pair[0] * self.size + pair[1]) << 20)
+                       + self._pair_ordinals[pair])
+                self._pair_ordinals[pair] += 1
+            self.comm.prepare(cid, kind, count, dtype, op=op, root=root, peer=peer)
+            self._ids[key] = cid
+            return cid
+
+    def check_rank(self, rank, what: str, not_self: bool = False) -> int:
+        if not isinstance(rank, int) or not 0 <= rank < self.size or (not_self and
+                                                                       rank == self.rank):
+            extra = f", not this rank ({self.rank})" if not_self else ""
+            raise ValueError(f"pydfccl.torch: {what} {rank!r} is not a rank of this group "
+                             f"(0..{self.size - 1}{extra})")
+        return rank
+
+    def run(self, kind: str, send: torch.Tensor, recv: torch.Tensor | None, *, count: int,
+            op: str = "sum", root: int = 0, peer: int | None = None, async_op: bool = False):
+        """Run one collective; ``recv`` None means in place. Returns a Work if
+        ``async_op``, else None once the result is ordered (CUDA) or there (CPU)."""
+        check_tensor(send, f"{kind}'s tensor")
+        if recv is not None:
+            check_tensor(recv, f"{kind}'s output tensor", device=send.device)
+            if recv.dtype != send.dtype:
+                raise TypeError(f"pydfccl.torch: {kind}: output dtype {recv.dtype} differs from "
+                                f"input dtype {send.dtype}")
+        cid = self.coll_id(kind, count, dtype_name(send.dtype), op, root, peer)
+        out = send if recv is None else recv
+        send_buf = as_buffer(send)
+        recv_buf = None if recv is None else as_buffer(recv)
+        if send.is_cuda:
+            gate = _stream_gate()
+            with torch.cuda.device(send.device):
+                ticket = gate.gate(torch.cuda.current_stream(send.device).cuda_stream,
+                                   lambda: self.comm.run(cid, send_buf, recv_buf))
+            work = Work(ticket.future, [out], ticket=ticket, device=send.device)
+        else:
+            work = Work(self.comm.run(cid, send_buf, recv_buf), [out])
+        # The tensors must outlive the run (the daemon only has their addresses, and on
+        # CUDA the caching allocator would hand their memory out again).
+        key = id(work)
+        with self._lock:
+            self._alive[key] = (work, send, recv, send_buf, recv_buf)
+        work._future.add_done_callback(lambda _: self._release(key))
+        if async_op:
+            return work
+        work.wait()
+        return None
+
+    def _release(self, key) -> None:
+        with self._lock:
+            self._alive.pop(key, None)
+
+    def synchronize_device(self) -> None:
+        """A device-wide synchronize (the simulator's stand-in for
+        ``torch.cuda.synchronize()``)."""
+        if torch.cuda.is_available() and not _simulated():
+            torch.cuda.synchronize()
+        else:
+            self.comm.synchronize_device()
+
+    def close(self) -> None:
+        self.comm.close()
+
+
+def _simulated() -> bool:
+    from .. import platform
+    return platform.SIMULATOR

@@ -1,0 +1,53 @@
+"""Start one process per rank the way torchrun does (RANK, WORLD_SIZE, LOCAL_RANK,
+MASTER_ADDR, MASTER_PORT in the environment), for examples and tests that start their own
+ranks. Separate interpreters, not multiprocessing children: nothing (resource tracker,
+CUDA state) is shared between ranks, as under torchrun."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+__all__ = ["free_port", "spawn_ranks"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spawn_ranks(argv: list[str], nranks: int, *, timeout: float | None = None,
+                env: dict | None = None, capture: bool = False) -> list:
+    """Run ``python argv...`` once per rank; returns each rank's CompletedProcess-like
+    (returncode, stdout, stderr). When a rank fails the others get 30 s to finish before
+    they are killed; past ``timeout`` every rank is killed (returncode -9)."""
+    port = free_port()
+    procs = []
+    for rank in range(nranks):
+        rank_env = dict(os.environ, **(env or {}), RANK=str(rank), WORLD_SIZE=str(nranks),
+                        LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(nranks),
+                        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        out = subprocess.PIPE if capture else None
+        procs.append(subprocess.Popen([sys.executable, *argv], env=rank_env, stdout=out,
+                                      stderr=out, text=True))
+    deadline = None if timeout is None else time.monotonic() + timeout
+    failed_at = None
+    while any(p.poll() is None for p in procs):
+        now = time.monotonic()
+        if failed_at is None and any(p.poll() not in (None, 0) for p in procs):
+            failed_at = now
+        if (deadline is not None and now > deadline) or (failed_at and now - failed_at > 30):
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+            break
+        time.sleep(0.05)
+    results = []
+    for p in procs:
+        stdout, stderr = p.communicate()
+        results.append(subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr))
+    return results

@@ -1,0 +1,233 @@
+"""pydfccl.torch: argument checks and the stream gate in this process; the "dfccl"
+backend, the DDP hook and the example's first steps with a process per rank (simulator)."""
+
+import json
+import os
+import subprocess
+import sys
+from concurrent.futures import Future
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.distributed as dist  # noqa: E402
+
+import pydfccl.torch as pt  # noqa: E402
+from pydfccl.torch.spawn import spawn_ranks  # noqa: E402
+from pydfccl.torch.streams import StreamGate  # noqa: E402
+
+HERE = Path(__file__).parent
+ROOT = HERE.parent
+
+
+@pytest.fixture(autouse=True)
+def device():
+    """CUDA tensors on a GPU (the stand-in communicator's runs then pass the real stream
+    gate), CPU tensors otherwise."""
+    from pydfccl import platform
+    dev = "cuda" if platform.gpu_available() else "cpu"
+    torch.set_default_device(dev)
+    yield dev
+    torch.set_default_device("cpu")
+
+
+def test_importing_pydfccl_does_not_import_torch():
+    code = "import sys, pydfccl; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
+
+
+def test_backend_is_registered():
+    assert "DFCCL" in dist.Backend._plugins
+
+
+# -- argument checks, on a stand-in communicator ------------------------------------------
+
+class FakeComm:
+    """What TorchGroup uses of a Communicator; runs complete at once."""
+
+    def __init__(self, rank=0, nranks=2):
+        self.rank, self.nranks = rank, nranks
+        self.prepared, self.runs = [], []
+
+    def prepare(self, coll_id, kind, count, dtype, op="sum", root=0, peer=None):
+        self.prepared.append((coll_id, kind, count, dtype, op, root, peer))
+
+    def run(self, coll_id, send, recv=None):
+        self.runs.append(coll_id)
+        f = Future()
+        f.set_result(recv if recv is not None else send)
+        return f
+
+
+@pytest.fixture
+def group():
+    return pt.TorchGroup(FakeComm(rank=0, nranks=2))
+
+
+def test_signatures_get_ids_in_first_seen_order(group):
+    pt.all_reduce(torch.ones(4), group=group)
+    pt.all_reduce(torch.ones(8), group=group)
+    pt.all_reduce(torch.ones(4), group=group)            # seen: same id, no new prepare
+    pt.broadcast(torch.ones(4), src=1, group=group)
+    pt.isend(torch.ones(3), 1, group=group).wait()
+    pt.isend(torch.ones(5), 1, group=group).wait()
+    pt.irecv(torch.ones(3), 1, group=group).wait()
+    comm = group.comm
+    base = pt.group.P2P_BASE
+    assert [p[:2] for p in comm.prepared] == [
+        (0, "all_reduce"), (1, "all_reduce"), (2, "broadcast"),
+        (base + (1 << 20), "send"), (base + (1 << 20) + 1, "send"), (base + (2 << 20), "recv")]
+    assert comm.runs == [0, 1, 0, 2, base + (1 << 20), base + (1 << 20) + 1, base + (2 << 20)]
+
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda g: pt.all_reduce(torch.ones(4, 4).t(), group=g), ValueError, "not contiguous"),
+    (lambda g: pt.all_reduce(torch.ones(3, dtype=torch.bool), group=g), TypeError,
+     "dtype torch.bool is not supported"),
+    (lambda g: pt.all_reduce(torch.ones(3), op=dist.ReduceOp.BAND, group=g), ValueError,
+     "reduce op .* is not supported"),
+    (lambda g: pt.all_gather_into_tensor(torch.empty(5), torch.ones(3), group=g), ValueError,
+     "output has 5 elements, needs 2 x 3"),
+    (lambda g: pt.reduce_scatter_tensor(torch.empty(2), torch.ones(3), group=g), ValueError,
+     "input has 3 elements, needs 2 x 2"),
+    (lambda g: pt.all_gather_into_tensor(torch.empty(6, dtype=torch.float64), torch.ones(3),
+                                         group=g), TypeError, "output dtype torch.float64"),
+    (lambda g: pt.broadcast(torch.ones(3), src=2, group=g), ValueError,
+     "broadcast src 2 is not a rank of this group"),
+    (lambda g: pt.isend(torch.ones(3), 0, group=g), ValueError, "not this rank"),
+    (lambda g: pt.all_to_all_single(torch.empty(4), torch.ones(4), [1, 3], None, group=g),
+     ValueError, "uneven output_split_sizes"),
+    (lambda g: pt.all_reduce(np.ones(3), group=g), TypeError, "must be a torch.Tensor"),
+    (lambda g: pt.all_reduce(torch.ones(3)), ValueError, "not a pydfccl group"),
+])
+def test_bad_arguments_are_named(group, call, error, match):
+    with pytest.raises(error, match=match):
+        call(group)
+    assert group.comm.runs == []
+
+
+def test_work_and_future(group, device):
+    t = torch.ones(3)
+    work = pt.all_reduce(t, group=group, async_op=True)
+    assert work.get_future().wait()[0] is t
+    assert work.wait() and work.is_completed() and work.is_success()
+    if device == "cuda":                 # the stream waits on the done word, then goes on
+        torch.cuda.current_stream().synchronize()
+
+
+# -- the stream gate, with stand-in stream operations --------------------------------------
+
+class FakeStreamOps:
+    """Streams that have no queued work: a write lands at once; waits are recorded."""
+
+    def __init__(self):
+        self.words, self.waits, self.hold = {}, [], False
+        self.pending = []
+
+    def mapped_words(self, n):
+        host = np.zeros(n, np.int64)
+        return host, host.ctypes.data
+
+    def write(self, stream, addr, value):
+        self.pending.append((addr, value))
+        if not self.hold:
+            self.flush()
+
+    def flush(self):
+        for addr, value in self.pending:
+            np.ctypeslib.as_array((np.ctypeslib.ctypes.c_int64 * 1).from_address(addr))[0] = value
+        self.pending.clear()
+
+    def wait(self, stream, addr, value):
+        self.waits.append((stream, addr, value))
+
+
+def test_stream_gate_submits_after_the_stream_and_releases_waiters():
+    ops = FakeStreamOps()
+    gate = StreamGate(ops, nwords=4)
+    ops.hold = True                       # the stream has not reached the gate yet
+    run = Future()
+    ticket = gate.gate(7, lambda: run)
+    import time
+    time.sleep(0.05)
+    assert not ticket.future.done() and not run.done()
+    submitted = []
+    ticket._submit = lambda: submitted.append(1) or run
+    ops.flush()                           # the stream passes: the watcher submits
+    deadline = time.monotonic() + 5
+    while not submitted and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert submitted == [1]
+    ticket.wait_on(9)
+    stream, addr, value = ops.waits[-1]
+    assert (stream, value) == (9, ticket.stamp)
+    done = np.ctypeslib.as_array((np.ctypeslib.ctypes.c_int64 * 1).from_address(addr))
+    assert done[0] < ticket.stamp         # the stream would still wait
+    run.set_result("out")
+    assert ticket.future.result(timeout=5) == "out" and done[0] == ticket.stamp
+
+
+def test_stream_gate_refuses_to_reuse_a_slot_of_an_unfinished_run():
+    ops = FakeStreamOps()
+    gate = StreamGate(ops, nwords=3)
+    stuck = Future()
+    gate.gate(0, lambda: stuck)
+    finished = Future()
+    finished.set_result(None)
+    gate.gate(0, lambda: finished)
+    gate.gate(0, lambda: finished)
+    with pytest.raises(RuntimeError, match="3 runs since the oldest unfinished one"):
+        gate.gate(0, lambda: finished)
+
+
+# -- ranks as processes (simulator) ------------------------------------------------------------
+
+def run_ranks(case, nranks, timeout=120):
+    env = {"PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    results = spawn_ranks([str(HERE / "torch_workers.py"), case], nranks, timeout=timeout,
+                          env=env, capture=True)
+    out = []
+    for rank, r in enumerate(results):
+        lines = [l for l in r.stdout.splitlines() if l.startswith("RESULT ")]
+        assert r.returncode == 0 and lines, f"rank {rank} ({r.returncode}):\n{r.stderr[-3000:]}"
+        out.append(json.loads(lines[-1][len("RESULT "):]))
+    return out
+
+
+def test_backend_collectives_on_three_ranks():
+    out = run_ranks("collectives", 3)
+    for rank, o in enumerate(out):
+        assert o["all_reduce"] == [6.0] * 5
+        assert o["max"] == [3, 7]
+        assert o["all_gather"] == [0.0] * 3 + [1.0] * 3 + [2.0] * 3
+        assert o["broadcast"] == [0, 2, 4, 6]
+        if rank == 2:
+            assert o["reduce"] == [6.0, 6.0]
+        assert o["bf16"] == [6.0] * 3
+        assert o["reduce_scatter"] == [3.0 * (2 * rank) + 3, 3.0 * (2 * rank + 1) + 3]
+        assert o["all_to_all"] == [2 * rank + 10 * k + i for k in range(3) for i in range(2)]
+        assert o["subgroup"] == ([1.0, 1.0] if rank < 2 else [2.0, 2.0])
+    assert out[1]["recv"] == [0.0, 1.0, 2.0]
+
+
+def test_ddp_hook_averages_gradients():
+    for o in run_ranks("ddp", 2):
+        assert o["max_diff"] < 1e-6
+
+
+def test_mismatched_shapes_fail_with_the_field_and_ranks():
+    for o in run_ranks("mismatch", 2):
+        assert o["error"] is not None
+        assert "field 'count' differs across ranks (ranks [0]: 4; ranks [1]: 5)" in o["error"]
+
+
+def test_example_trains_and_matches_the_reference():
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, str(ROOT / "examples" / "train_gpt.py"), "--nranks", "4",
+                        "--steps", "2", "--check-steps", "2", "--timeout", "150"],
+                       env=env, capture_output=True, text=True, timeout=200)
+    assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+    assert "verified 2 steps against the single-process reference" in r.stdout
+    assert "(ok)" in r.stdout and "(decreasing)" in r.stdout

@@ -40,7 +40,7 @@ case "${1:-quick}" in
 esac
 for s in $stages; do
   case $s in
-    tests)      stage tests 300 $PY -m pytest -q -rfE --tb=short -p no:cacheprovider tests/test_engine.py tests/test_kernels_compile.py tests/test_layout.py tests/test_trace.py tests/test_buffers_lifetime.py tests/test_soak.py tests/test_collectives.py tests/test_group.py tests/test_point_to_point.py tests/test_foreign_buffers.py ;;
+    tests)      stage tests 300 $PY -m pytest -q -rfE --tb=short -p no:cacheprovider tests/test_engine.py tests/test_kernels_compile.py tests/test_layout.py tests/test_trace.py tests/test_buffers_lifetime.py tests/test_soak.py tests/test_collectives.py tests/test_group.py tests/test_point_to_point.py tests/test_foreign_buffers.py tests/test_movers.py tests/test_late_registration.py ;;
     demo4)      stage demo4 100 $PY -m pydfccl demo -n 4 -k 8 -i 50 --no-progress ;;
     demo4_inorder) stage demo4_inorder 100 $PY -m pydfccl demo -n 4 -k 8 -i 50 --in-order --no-progress ;;
     demo8)      stage demo8 100 $PY -m pydfccl demo -n 8 -k 8 -i 200 --no-progress ;;
@@ -71,6 +71,10 @@ for s in $stages; do
                 stage mps_mpiexec4 120 mpiexec -n 4 $PY -m pydfccl demo -k 8 -i 50 --no-progress
                 stage mps_sync4 120 env PYDFCCL_BACKEND=processes $PY -m pydfccl demo -n 4 -k 8 -i 10 --sync device --no-progress
                 stage mps_nccl4 60 env PYDFCCL_BACKEND=processes $PY -m pydfccl demo -n 4 -k 8 -i 10 --policy nccl --no-progress
+                echo quit | nvidia-cuda-mps-control ;;
+    mps_killed) # a rank process killed mid-collective under MPS: its peers name it
+                nvidia-cuda-mps-control -d; sleep 1
+                stage mps_killed 90 $PY -m pytest -q -rfE --tb=short -p no:cacheprovider tests/test_env_bootstrap.py::test_a_killed_rank_is_named_within_the_heartbeat_timeout
                 echo quit | nvidia-cuda-mps-control ;;
     sweep4s)    # a shorter sweep: 8 B to 256 MiB by 8x, 10 runs per size
                 stage sweep4s 240 $PY -m pydfccl bench --nranks 4 -b 8 -e 268435456 -f 8 -n 10 -w 2 --baseline both --no-progress --csv "$LOGS/sweep4s.csv" ;;

@@ -70,11 +70,16 @@ class DeviceBuffer:
             self.addr = address_of(self._dev)
 
     def write(self, offset: int, data: np.ndarray) -> None:
+        """Copy ``data`` in and wait for it. The copy goes on a stream of its own: one on the
+        legacy default stream would wait for whatever the application queued there, which
+        may itself be waiting for a collective (a collective prepared while others run)."""
         raw = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
         if SIMULATOR:
             self._host[offset:offset + raw.size] = raw
         else:
-            self._dev[offset:offset + raw.size].copy_to_device(raw)
+            stream = _copy_stream()
+            self._dev[offset:offset + raw.size].copy_to_device(raw, stream=stream)
+            stream.synchronize()
 
     def read(self, offset: int, nbytes: int) -> np.ndarray:
         if SIMULATOR:
@@ -234,6 +239,19 @@ def new_stream():
     stream = cuda.external_stream(int(handle))
     stream._pydfccl_handle = handle  # keep the driver handle alive with the stream
     return stream
+
+
+_copy_streams: dict = {}
+_copy_streams_lock = threading.Lock()
+
+
+def _copy_stream():
+    """This process's stream for host-to-device copies into pools (one per device)."""
+    device = cuda.get_current_device().id
+    with _copy_streams_lock:
+        if device not in _copy_streams:
+            _copy_streams[device] = new_stream()
+        return _copy_streams[device]
 
 
 def destroy_stream(stream) -> None:

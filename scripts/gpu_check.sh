@@ -2,37 +2,11 @@
 # The GPU batch: run on the lent H200 (device tool) from the repository root, e.g.
 #   run(command="bash scripts/gpu_check.sh full", carry=[".whl"])
 # It runs the GPU test suite, the chaos demos and the benchmarks. Under $OUT (default ./out)
-# it writes summary.txt, logs.tgz (one log per stage plus the traces and CSVs, repacked after
-# every stage, since the device tool returns at most 8 files) and the timeline picture.
+# it writes summary.txt, logs.tgz (scripts/gpu_common.sh) and the timeline picture.
 # Stages: quick | full | a list of names.
-set -u
-OUT=${OUT:-out}
 LOGS=${LOGS:-/tmp/pydfccl_gpu_logs}
-mkdir -p "$OUT" "$LOGS"
-# The image's numpy 2.5 breaks numba-cuda 0.30: carry a numpy 2.4 wheel in .whl/ (see docs/gpu.md).
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site
-fi
-export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD" PYTHONUNBUFFERED=1
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1   # the machine runs us as root
-SUMMARY="$OUT/summary.txt"
-{ date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader;
-  python3 -c "import numba, numba_cuda, numpy; print('numba', numba.__version__, 'numba-cuda', numba_cuda.__version__, 'numpy', numpy.__version__)"; } | tee "$SUMMARY"
+source "$(dirname "$0")/gpu_common.sh"
 
-stage() {  # stage NAME TIMEOUT_S COMMAND...: log to $LOGS/NAME.log, one summary line
-  local name=$1 limit=$2; shift 2
-  local t0=$SECONDS
-  timeout "$limit" "$@" > "$LOGS/$name.log" 2>&1
-  local rc=$?
-  echo "[$name] rc=$rc ${SECONDS}s-${t0}s: $*" | tee -a "$SUMMARY"
-  tail -n 12 "$LOGS/$name.log" | sed 's/^/    /' | tee -a "$SUMMARY"
-  tar czf "$OUT/logs.tgz" -C "$LOGS" .
-}
-
-PY=python3
 case "${1:-quick}" in
   quick) stages="tests demo4 demo8_nccl bench" ;;
   full)  stages="tests demo8 demo8_nccl demo4_sync replay timeline soak bench bench8 sweep4" ;;
@@ -40,7 +14,7 @@ case "${1:-quick}" in
 esac
 for s in $stages; do
   case $s in
-    tests)      stage tests 300 $PY -m pytest -q -rfE --tb=short -p no:cacheprovider tests/test_engine.py tests/test_kernels_compile.py tests/test_layout.py tests/test_trace.py tests/test_buffers_lifetime.py tests/test_soak.py tests/test_collectives.py tests/test_group.py tests/test_point_to_point.py tests/test_foreign_buffers.py tests/test_movers.py tests/test_late_registration.py ;;
+    tests)      stage tests 300 $PY -m pytest -q -rfE --tb=short -p no:cacheprovider -o faulthandler_timeout=100 tests/test_engine.py tests/test_kernels_compile.py tests/test_layout.py tests/test_trace.py tests/test_buffers_lifetime.py tests/test_soak.py tests/test_collectives.py tests/test_group.py tests/test_point_to_point.py tests/test_foreign_buffers.py tests/test_movers.py tests/test_late_registration.py ;;
     demo4)      stage demo4 100 $PY -m pydfccl demo -n 4 -k 8 -i 50 --no-progress ;;
     demo4_inorder) stage demo4_inorder 100 $PY -m pydfccl demo -n 4 -k 8 -i 50 --in-order --no-progress ;;
     demo8)      stage demo8 100 $PY -m pydfccl demo -n 8 -k 8 -i 200 --no-progress ;;

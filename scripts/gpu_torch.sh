@@ -7,31 +7,9 @@
 # the backend and DDP tests with ranks as processes, and examples/train_gpt.py with 2 and 4
 # ranks; then stops MPS. Under $OUT: summary.txt and logs.tgz (every log, repacked after
 # every stage).
-set -u
-OUT=${OUT:-out}
 LOGS=${LOGS:-/tmp/pydfccl_torch_logs}
-mkdir -p "$OUT" "$LOGS"
-# The image's numpy 2.5 breaks numba-cuda 0.30: carry a numpy 2.4 wheel in .whl/ (docs/gpu.md).
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site
-fi
-export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD" PYTHONUNBUFFERED=1
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-SUMMARY="$OUT/summary.txt"
-{ date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader;
-  python3 -c "import torch, numba, numpy; print('torch', torch.__version__, 'numba', numba.__version__, 'numpy', numpy.__version__)"; } | tee "$SUMMARY"
-
-stage() {  # stage NAME TIMEOUT_S COMMAND...: log to $LOGS/NAME.log, one summary line
-  local name=$1 limit=$2; shift 2
-  local t0=$SECONDS
-  timeout "$limit" "$@" > "$LOGS/$name.log" 2>&1
-  local rc=$?
-  echo "[$name] rc=$rc $((SECONDS - t0))s: $*" | tee -a "$SUMMARY"
-  tail -n 12 "$LOGS/$name.log" | sed 's/^/    /' | tee -a "$SUMMARY"
-  tar czf "$OUT/logs.tgz" -C "$LOGS" .
-}
+source "$(dirname "$0")/gpu_common.sh"
+python3 -c "import torch; print('torch', torch.__version__)" | tee -a "$SUMMARY"
 
 # MPS: rank processes of one GPU run concurrently (without it they time-slice, 4.8 ms a
 # round trip; docs/gpu.md). Stopped at the end whatever happened.
@@ -40,7 +18,6 @@ mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
 nvidia-cuda-mps-control -d && echo "MPS started" | tee -a "$SUMMARY"
 trap 'echo quit | nvidia-cuda-mps-control; tar czf "$OUT/logs.tgz" -C "$LOGS" .' EXIT
 
-PY=python3
 stage torch_tests 400 $PY -m pytest -q -rfE --tb=short -p no:cacheprovider tests/test_torch.py
 stage train2 200 $PY examples/train_gpt.py --nranks 2 --tp 2 --steps 20 --device cuda --watchdog 60 --timeout 180
 stage train4 300 $PY examples/train_gpt.py --nranks 4 --tp 2 --steps 20 --device cuda --watchdog 60 --timeout 280

@@ -176,7 +176,15 @@ def status_while_waiting(comm):
         time.sleep(0.5)
         seen = comm.status()
     future.result(timeout=60)
-    return dict(seen=seen, after=comm.status())
+    # The daemon writes the completion before it clears its blocks' status rows: give the
+    # rows a moment to catch up with the future.
+    deadline = time.monotonic() + 10
+    after = comm.status()
+    while (any(b["coll"] is not None for b in after[comm.rank]["blocks"])
+           and time.monotonic() < deadline):
+        time.sleep(0.01)
+        after = comm.status()
+    return dict(seen=seen, after=after)
 
 
 def collective_cases(comm, cases, rotate=False):

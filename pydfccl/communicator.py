@@ -466,6 +466,7 @@ class Communicator:
         return int(ctl["host_submitted"].sum()) + int(ctl["blocks"]["progress"].sum())
 
     def _launch_loop(self) -> None:
+        platform.bind_thread()
         cfg = self.world.config
         pause, activity = 0.0, None
         try:
@@ -529,7 +530,13 @@ class Communicator:
 
     def _poll_once(self) -> bool:
         """Complete what the CQ holds, else look for an abort or a stall; True if any
-        future completed. A failure here fails this rank's futures, not the poller."""
+        future completed. A failure here fails this rank's futures, not the poller, and
+        buffers released here (the last reference may be ours) never free device memory
+        here (``platform.deferred_frees``)."""
+        with platform.deferred_frees():
+            return self._poll_once_deferred()
+
+    def _poll_once_deferred(self) -> bool:
         try:
             if self._unconfirmed and self._confirm_late():
                 return True

@@ -26,9 +26,9 @@ from .kernels.memory import SIMULATOR
 cuda.config.CUDA_LOW_OCCUPANCY_WARNINGS = 0
 
 __all__ = ["SIMULATOR", "WAIT_SPIN_SECONDS", "gpu_available", "DeviceBuffer", "HostBuffer",
-           "PeerBuffer", "ipc_handle", "use_device", "current_device", "mps_active",
+           "PeerBuffer", "ipc_handle", "use_device", "bind_thread", "current_device", "mps_active",
            "address_of", "empty", "new_stream", "destroy_stream", "launch", "wait_stream",
-           "synchronize_device", "to_numpy", "copy_in", "precise_sleeps"]
+           "synchronize_device", "deferred_frees", "to_numpy", "copy_in", "precise_sleeps"]
 
 
 # How long a thread in ``Future.result()`` watches for its completion itself (spinning
@@ -167,12 +167,23 @@ class PeerBuffer:
         weakref.finalize(self, driver.cuIpcCloseMemHandle, ptr)
 
 
+_process_device: int | None = None    # set by use_device; threads pydfccl starts follow it
+
+
 def use_device(index: int) -> int:
     """Make GPU ``index`` (modulo the GPUs present) this process's device; returns it. Rank
     processes of one host spread over its GPUs by their local rank."""
-    count = len(cuda.gpus)
-    cuda.select_device(index % count)
-    return index % count
+    global _process_device
+    _process_device = index % len(cuda.gpus)
+    cuda.select_device(_process_device)
+    return _process_device
+
+
+def bind_thread() -> None:
+    """In a thread pydfccl starts (launcher, poller): use the process's device. A CUDA
+    context is current per thread, and a new thread would otherwise take GPU 0's."""
+    if _process_device is not None and not SIMULATOR:
+        cuda.select_device(_process_device)
 
 
 def current_device() -> int:
@@ -282,6 +293,14 @@ def launch(kernel, nblocks: int, nthreads: int, stream, args) -> None:
 def wait_stream(stream) -> None:
     if stream is not None:
         stream.synchronize()
+
+
+def deferred_frees():
+    """A context in which Numba queues device frees instead of making them. ``cuMemFree``
+    may wait for every kernel on the device, and a kernel that never quits (a daemon under
+    the ``nccl`` policy, stuck in a deadlock) would then stall the thread that freed: the
+    poller's work runs in this context, so that its watchdog can always report."""
+    return cuda.defer_cleanup()
 
 
 def synchronize_device() -> None:

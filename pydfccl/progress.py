@@ -60,6 +60,7 @@ class Poller:
                 self._cond.notify_all()
 
     def _loop(self) -> None:
+        platform.bind_thread()
         platform.precise_sleeps()
         quiet = 0
         while True:

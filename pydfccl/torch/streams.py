@@ -113,6 +113,9 @@ class StreamGate:
         return ticket
 
     def _watch(self) -> None:
+        from .. import platform
+
+        platform.bind_thread()      # submissions may touch the rank's GPU (a table write)
         while True:
             with self._cond:
                 while not self._waiting:

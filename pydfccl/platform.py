@@ -26,7 +26,7 @@ from .kernels.memory import SIMULATOR
 cuda.config.CUDA_LOW_OCCUPANCY_WARNINGS = 0
 
 __all__ = ["SIMULATOR", "WAIT_SPIN_SECONDS", "gpu_available", "DeviceBuffer", "HostBuffer",
-           "PeerBuffer", "ipc_handle", "use_device", "bind_thread", "current_device", "mps_active",
+           "PeerBuffer", "ipc_handle", "use_device", "bind_thread", "mps_active",
            "address_of", "empty", "new_stream", "destroy_stream", "launch", "wait_stream",
            "synchronize_device", "deferred_frees", "to_numpy", "copy_in", "precise_sleeps"]
 
@@ -184,10 +184,6 @@ def bind_thread() -> None:
     context is current per thread, and a new thread would otherwise take GPU 0's."""
     if _process_device is not None and not SIMULATOR:
         cuda.select_device(_process_device)
-
-
-def current_device() -> int:
-    return cuda.get_current_device().id
 
 
 def mps_active() -> bool:

@@ -1,0 +1,55 @@
+"""Where ranks run: the backend chosen, the GPU a rank process takes, and the warning for a
+GPU shared without MPS. The GPU logic runs here with the device calls replaced (the
+calls themselves ran on the H200,
+docs/gpu.md)."""
+
+import logging
+
+import pytest
+
+from pydfccl import mpi, platform
+
+
+class _Group:
+    def __init__(self, rank, placed):
+        self.rank, self.size, self._placed = rank, len(placed), placed
+
+    def allgather(self, obj):
+        assert obj == self._placed[self.rank]
+        return self._placed
+
+
+@pytest.mark.parametrize("variable", mpi.LOCAL_RANK_VARIABLES)
+def test_local_rank_comes_from_the_launcher(monkeypatch, variable):
+    for name in mpi.LOCAL_RANK_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    assert mpi.local_rank(_Group(5, [None] * 6)) == 5
+    monkeypatch.setenv(variable, "2")
+    assert mpi.local_rank(_Group(5, [None] * 6)) == 2
+
+
+@pytest.mark.parametrize("mps, devices, warned", [
+    (False, [0, 0], True),     # two ranks on GPU 0, no MPS
+    (True, [0, 0], False),     # the same under MPS
+    (False, [0, 1], False),    # a GPU each
+])
+def test_shared_gpu_without_mps_is_warned(monkeypatch, caplog, mps, devices, warned):
+    chosen = []
+    monkeypatch.setattr(platform, "use_device", lambda i: chosen.append(i) or devices[i])
+    monkeypatch.setattr(platform, "mps_active", lambda: mps)
+    placed = [(__import__("socket").gethostname(), d) for d in devices]
+    with caplog.at_level(logging.WARNING, logger="pydfccl"):
+        mpi.choose_gpu(_Group(0, placed), local=0)
+    assert chosen == [0]
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("share GPU 0 without the MPS daemon" in m for m in messages) == warned
+
+
+def test_backend_from_the_environment(monkeypatch):
+    from pydfccl.launch import default_backend
+
+    monkeypatch.setenv("PYDFCCL_BACKEND", "processes")
+    assert default_backend() == "processes"
+    monkeypatch.setenv("PYDFCCL_BACKEND", "gpu")
+    with pytest.raises(ValueError, match="PYDFCCL_BACKEND='gpu'; choose from"):
+        default_backend()

@@ -1,6 +1,8 @@
-"""Latency benchmark: one small all-reduce, submit to future completion, from Python.
+"""Latency benchmark: small all-reduces, submit to future completion, from Python.
 
-Measured in the same run: pydfccl's persistent daemon (the policy given) and the
+``--colls K`` submits K collectives together each iteration and waits for all of them
+(issue 5's "many at once": 64 concurrent 4 KiB all-reduces, ``--colls 64 --count 1024``);
+the baseline then launches a kernel for each. Measured in the same run: pydfccl's persistent daemon (the policy given) and the
 launch-per-collective baseline (the same kernel code, launched once per collective, no
 daemon), each with a Python thread per rank (``launch``) and, on a GPU, with one thread
 driving every rank (``init_all``). This is a benchmark, not a test: it prints a table and
@@ -34,56 +36,69 @@ def _check(y, rank: int, nranks: int, count: int, dtype: str) -> None:
         raise AssertionError(f"rank {rank}: wrong all-reduce result {got[:4]}...")
 
 
-def latency_worker(comm, iters: int, warmup: int, count: int, dtype: str) -> dict:
-    comm.prepare(0, "all_reduce", count=count, dtype=dtype)
+def _prepare(comm, colls: int, count: int, dtype: str) -> list:
+    """Register ``colls`` all-reduces; their (send, recv) buffers, inputs filled in."""
+    for k in range(colls):
+        comm.prepare(k, "all_reduce", count=count, dtype=dtype)
+    pairs = [(comm.empty(count, dtype), comm.empty(count, dtype)) for _ in range(colls)]
+    for x, _ in pairs:
+        platform.copy_in(x, _input(comm.rank, count, dtype))
+    return pairs
+
+
+def latency_worker(comm, iters: int, warmup: int, count: int, dtype: str,
+                   colls: int = 1) -> dict:
+    pairs = _prepare(comm, colls, count, dtype)
     comm.start()
-    x = comm.empty(count, dtype)
-    y = comm.empty(count, dtype)
-    platform.copy_in(x, _input(comm.rank, count, dtype))
     times = np.empty(iters)
     submit = np.empty(iters)
     for i in range(warmup + iters):
         t0 = time.perf_counter()
-        future = comm.run(0, x, y)
+        futures = [comm.run(k, x, y) for k, (x, y) in enumerate(pairs)]
         t1 = time.perf_counter()
-        future.result(timeout=60)
+        for future in futures:
+            future.result(timeout=60)
         t2 = time.perf_counter()
         if i >= warmup:
             times[i - warmup] = t2 - t0
-            submit[i - warmup] = t1 - t0
-    _check(y, comm.rank, comm.nranks, count, dtype)
+            submit[i - warmup] = (t1 - t0) / colls
+    for _, y in pairs:
+        _check(y, comm.rank, comm.nranks, count, dtype)
     return dict(times_us=times * 1e6, submit_us=submit * 1e6, stats=comm.stats())
 
 
 def one_thread_latency(nranks: int, iters: int, warmup: int, count: int, dtype: str,
-                       policy: str, persistent: bool) -> dict:
+                       policy: str, persistent: bool, colls: int = 1) -> dict:
     """The same runs with one thread driving every rank (``init_all``): each iteration
     submits on all ranks, then waits for all; no GIL hand-offs between rank threads."""
-    comms = init_all(nranks, policy=policy, persistent=persistent)
+    comms = init_all(nranks, policy=policy, persistent=persistent, **_sizes(colls))
     try:
-        for comm in comms:
-            comm.prepare(0, "all_reduce", count=count, dtype=dtype)
+        pairs = [_prepare(comm, colls, count, dtype) for comm in comms]
         start_all(comms)
-        xs = [comm.empty(count, dtype) for comm in comms]
-        ys = [comm.empty(count, dtype) for comm in comms]
-        for rank, x in enumerate(xs):
-            platform.copy_in(x, _input(rank, count, dtype))
+        runs = [(comm, k, x, y) for comm, mine in zip(comms, pairs)
+                for k, (x, y) in enumerate(mine)]
         times, submit = np.empty(iters), np.empty(iters)
         for i in range(warmup + iters):
             t0 = time.perf_counter()
-            futures = [comm.run(0, x, y) for comm, x, y in zip(comms, xs, ys)]
+            futures = [comm.run(k, x, y) for comm, k, x, y in runs]
             t1 = time.perf_counter()
             for future in futures:
                 future.result(timeout=60)
             if i >= warmup:
                 times[i - warmup] = time.perf_counter() - t0
-                submit[i - warmup] = (t1 - t0) / nranks
-        for rank, y in enumerate(ys):
-            _check(y, rank, nranks, count, dtype)
+                submit[i - warmup] = (t1 - t0) / len(runs)
+        for rank, mine in enumerate(pairs):
+            for _, y in mine:
+                _check(y, rank, nranks, count, dtype)
         stats = [comm.stats() for comm in comms]
     finally:
         close_all(comms)
     return _summary(times * 1e6, np.median(submit) * 1e6, stats)
+
+
+def _sizes(colls: int) -> dict:
+    """World sizes for ``colls`` collectives (the defaults hold 16 on the simulator)."""
+    return {"max_colls": colls} if colls > 16 else {}
 
 
 def _summary(times_us, submit_us, stats) -> dict:
@@ -92,11 +107,14 @@ def _summary(times_us, submit_us, stats) -> dict:
 
 
 def measure_latency(nranks: int, iters: int, warmup: int, count: int, dtype: str, policy: str,
-                    persistent: bool, backend=None, driver: str = "threads") -> dict:
+                    persistent: bool, backend=None, driver: str = "threads",
+                    colls: int = 1) -> dict:
     if driver == "one":
-        return one_thread_latency(nranks, iters, warmup, count, dtype, policy, persistent)
+        return one_thread_latency(nranks, iters, warmup, count, dtype, policy, persistent,
+                                  colls)
     per_rank = launch(latency_worker, nranks, policy=policy, backend=backend,
-                      persistent=persistent, args=(iters, warmup, count, dtype))
+                      persistent=persistent, args=(iters, warmup, count, dtype, colls),
+                      **_sizes(colls))
     times = np.max([r["times_us"] for r in per_rank], axis=0)   # a run ends on its slowest rank
     submit = np.median([r["submit_us"] for r in per_rank])   # time inside run(), all ranks
     return _summary(times, submit, [r["stats"] for r in per_rank])
@@ -112,6 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-w", "--warmup", type=int, default=200 if gpu else 5)
     p.add_argument("-c", "--count", type=int, default=2, help="elements (2 x float32 = 8 bytes)")
     p.add_argument("-d", "--dtype", default="float32")
+    p.add_argument("-k", "--colls", type=int, default=1,
+                   help="all-reduces submitted together per iteration (each its own "
+                        "collective; 64 with --count 1024: 64 concurrent 4 KiB all-reduces)")
     p.add_argument("--policy", default="dfccl", choices=policy_names())
     p.add_argument("--backend", choices=BACKENDS, default=None)
     p.add_argument("--switch-interval", type=float, default=None,
@@ -131,7 +152,8 @@ def main(argv: list[str]) -> int:
         sys.setswitchinterval(args.switch_interval)
     nbytes = args.count * np.dtype(args.dtype).itemsize
     where = "GPU" if platform.gpu_available() else "CUDA simulator (CPU)"
-    print(f"all-reduce latency on the {where}: {args.nranks} ranks, {nbytes} bytes, "
+    together = f"{args.colls} all-reduces submitted together" if args.colls > 1 else "all-reduce"
+    print(f"{together} latency on the {where}: {args.nranks} ranks, {nbytes} bytes each, "
           f"{args.iters} runs after {args.warmup} warm-up, submit to future completion")
     driver = args.driver or ("both" if platform.gpu_available() else "threads")
     drivers = ("threads", "one") if driver == "both" else (driver,)
@@ -139,7 +161,8 @@ def main(argv: list[str]) -> int:
     for d in drivers:
         def measure(policy, persistent, d=d):
             return measure_latency(args.nranks, args.iters, args.warmup, args.count,
-                                   args.dtype, policy, persistent, args.backend, d)
+                                   args.dtype, policy, persistent, args.backend, d,
+                                   args.colls)
 
         daemon = measure(args.policy, True)
         base = None if args.no_baseline else measure("nccl", False)

@@ -23,6 +23,7 @@ for s in $stages; do
     demo8_sync) stage demo8_sync 100 $PY -m pydfccl demo -n 8 -k 8 -i 20 --sync device --no-progress ;;
     bench)      stage bench 60 $PY -m pydfccl bench latency -n 2 --iters 10000 ;;
     bench1)     stage bench1 60 $PY -m pydfccl bench latency -n 1 --iters 3000 ;;
+    many4)      stage many4 120 $PY -m pydfccl bench latency -n 4 -k 64 -c 1024 --iters 200 -w 20 ;;
     bench8)     stage bench8 100 $PY -m pydfccl bench latency -n 8 --iters 1000 ;;
     timeline)   stage timeline 100 $PY -m pydfccl demo -n 8 -k 8 -i 1 --no-progress --trace "$LOGS/timeline8.json" --plot "$OUT/timeline8.png" ;;
     soak)       stage soak 300 $PY -m pydfccl soak --seconds ${SOAK_SECONDS:-120} --no-progress ;;

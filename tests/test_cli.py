@@ -31,6 +31,15 @@ def test_bench_latency_prints_daemon_and_baseline_rows(capsys):
     assert "x baseline" in out
 
 
+def test_bench_latency_of_many_collectives_at_once(capsys):
+    # 18 collectives: more than the simulator's default world holds, so it is sized for them;
+    # every rank checks all 18 results.
+    assert cli.main(["bench", "latency", "-k", "18", "-c", "4", "--iters", "2",
+                     "--warmup", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "18 all-reduces submitted together" in out and "kernel launch per call" in out
+
+
 def test_bench_sweeps_sizes_in_nccl_tests_form(tmp_path, capsys):
     import json
 

@@ -301,6 +301,12 @@ class Communicator:
 
     # -- running ---------------------------------------------------------------------------
 
+    def barrier(self) -> None:
+        """Return once every rank has called ``barrier()``: a meeting of the hosts through
+        the bootstrap (no collective runs, and nothing on the GPU waits)."""
+        self._require("started", "barrier")
+        self._exchange(None)
+
     def empty(self, count: int, dtype="float32"):
         """An uninitialized array on this rank's device (numpy under the simulator)."""
         return platform.empty(count, normalize_dtype(dtype))

@@ -41,6 +41,7 @@ class DemoOptions:
     sync: str = "none"
     seed: int = 0
     in_order: bool = False
+    align: bool = False
     progress: bool = True
     result_timeout: float = 300.0
     status_every: float = 0.0
@@ -86,6 +87,8 @@ def chaos_worker(comm, opts: DemoOptions) -> dict:
         orders = ([list(range(K))] * n if opts.in_order else chaos_orders(K, n, rng))
         for k in range(K):
             _copy_in(sends[k], _input(comm.rank, k, it, sizes[k][0], opts.dtype))
+        if opts.align:
+            comm.barrier()      # every rank starts submitting at once: no arrival skew
         futures, submitted = [], time.perf_counter()
         for k in orders[comm.rank]:
             futures.append(comm.run(k, sends[k], recvs[k]))
@@ -196,6 +199,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sync", default="none", choices=["none", "device"],
                    help="'device': a device-wide synchronize after every submission")
     p.add_argument("--in-order", action="store_true", help="no disorder (a baseline)")
+    p.add_argument("--align", action="store_true",
+                   help="a host barrier before each iteration's submissions, so that the time "
+                        "in collectives measures scheduling, not ranks arriving apart")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--backend", choices=BACKENDS, default=None,
                    help=f"default here: {default_backend()}")
@@ -228,7 +234,8 @@ def main(argv: list[str]) -> int:
         return replay_main(args)
     opts = DemoOptions(nranks=args.nranks, colls=args.colls, iters=args.iters, count=args.count,
                        dtype=args.dtype, policy=args.policy, sync=args.sync, seed=args.seed,
-                       in_order=args.in_order, progress=not args.no_progress,
+                       in_order=args.in_order, align=args.align,
+                       progress=not args.no_progress,
                        status_every=args.status_every, kinds=_kinds(args.kinds),
                        trace=bool(args.trace or args.plot))
     group = current_group()    # mpiexec or torchrun started one process per rank: use them

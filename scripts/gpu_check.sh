@@ -17,6 +17,9 @@ for s in $stages; do
     tests)      stage tests 300 $PY -m pytest -q -rfE --tb=short -p no:cacheprovider -o faulthandler_timeout=100 tests/test_engine.py tests/test_kernels_compile.py tests/test_layout.py tests/test_trace.py tests/test_buffers_lifetime.py tests/test_soak.py tests/test_collectives.py tests/test_group.py tests/test_point_to_point.py tests/test_foreign_buffers.py tests/test_movers.py tests/test_late_registration.py ;;
     demo4)      stage demo4 100 $PY -m pydfccl demo -n 4 -k 8 -i 50 --no-progress ;;
     demo4_inorder) stage demo4_inorder 100 $PY -m pydfccl demo -n 4 -k 8 -i 50 --in-order --no-progress ;;
+    aligned)    # disorder against order with every iteration started on all ranks at once
+                stage aligned_chaos 100 $PY -m pydfccl demo -n 4 -k 8 -i 50 --align --no-progress
+                stage aligned_inorder 100 $PY -m pydfccl demo -n 4 -k 8 -i 50 --align --in-order --no-progress ;;
     demo8)      stage demo8 100 $PY -m pydfccl demo -n 8 -k 8 -i 200 --no-progress ;;
     demo8_nccl) stage demo8_nccl 45 $PY -m pydfccl demo -n 8 -k 8 -i 200 --policy nccl --no-progress ;;
     demo4_sync) stage demo4_sync 80 $PY -m pydfccl demo -n 4 -k 8 -i 20 --sync device --no-progress ;;

@@ -178,3 +178,8 @@ def test_unknown_policy_and_backend_are_refused():
         pydfccl.launch(workers.mismatched, 1, backend="carrier-pigeon")
     with pytest.raises(ValueError, match="unknown policy 'bogus'"):
         pydfccl.get_policy("bogus")
+
+
+def test_barrier_waits_for_every_rank():
+    waited = pydfccl.launch(workers.barrier_wait, 2, timeout=120)
+    assert waited[0] > 0.3 and waited[1] < waited[0], waited

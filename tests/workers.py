@@ -409,3 +409,14 @@ def late_mismatch(comm, case):
         time.sleep(8)
         return None
     raise ValueError(case)
+
+
+def barrier_wait(comm):
+    """Rank 1 reaches the barrier 0.5 s late: how long each rank waited in it."""
+    comm.prepare(0, "all_reduce", count=2)
+    comm.start()
+    if comm.rank == 1:
+        time.sleep(0.5)
+    t0 = time.monotonic()
+    comm.barrier()
+    return time.monotonic() - t0

@@ -11,11 +11,6 @@ run whole collectives on user buffers that start one element past an allocation.
 side (16-byte loads and stores in the daemon) is in test_kernels_compile.py.
 """
 
-import json
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
@@ -177,11 +172,7 @@ print(json.dumps(dict(cases=len(checks), vector_cases=int(vector_cases),
 
 
 def test_movers_match_numpy_on_every_dtype_verb_op_count_and_offset():
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True,
-                          text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    report = workers.simulated_report(SCRIPT)
     assert report["nfailures"] == 0, report["failures"]
     # vectors on the aligned (and equally misaligned) cases, elements alone on the rest
     assert 0 < report["vector_cases"] < report["cases"], report

@@ -10,15 +10,11 @@ PTX of the same functions is checked by test_kernels_compile.py; they run on the
 there.)
 """
 
-import json
-import os
-import subprocess
-import sys
-
 import ml_dtypes
 import numpy as np
 import pytest
 
+import workers
 from pydfccl.buffers import check_buffer, dtype_accepted
 from pydfccl.codes import BFLOAT16, DTYPES, dtype_code, normalize_dtype, storage_dtype
 from pydfccl.communicator import CollSpec
@@ -95,11 +91,7 @@ print(json.dumps(report))
 
 
 def test_conversions_and_ring_order_in_the_simulator():
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True,
-                          text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    report = workers.simulated_report(SCRIPT)
     assert report["widen_exact"]
     assert report["narrow_matches_ml_dtypes"]
     assert report["nan_count"] > 0 and report["nan_stays_nan"]

@@ -420,3 +420,18 @@ def barrier_wait(comm):
     t0 = time.monotonic()
     comm.barrier()
     return time.monotonic() - t0
+
+
+def simulated_report(script: str) -> dict:
+    """Run ``script`` in a fresh simulator process (kernels called directly need one of
+    their own) and return the JSON object it printed last."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -20,7 +20,7 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -50,6 +50,7 @@ class SweepOptions:
     root: int = 0
     policy: str = "dfccl"
     progress: bool = True
+    world: dict = field(default_factory=dict)   # WorldConfig sizes (nblocks, slot_bytes, ...)
 
 
 def bus_factor(coll: str, nranks: int) -> float:
@@ -129,7 +130,7 @@ def run_sweep(opts: SweepOptions, mode: str = "daemon", backend=None) -> list[di
     steps = sizes(opts)
     options = BASELINES.get(mode, dict(policy=opts.policy))
     per_rank = launch(sweep_worker, opts.nranks, backend=backend, args=(opts, steps),
-                      **options)
+                      **options, **opts.world)
     factor = bus_factor(opts.coll, opts.nranks)
     rows = []
     for i, (nbytes, count) in enumerate(steps):
@@ -200,6 +201,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="launch: a kernel launch per collective; nccl: the no-preemption "
                         "policy")
     p.add_argument("--backend", choices=BACKENDS, default=None)
+    for name, what in (("nblocks", "daemon blocks (channels) per rank"),
+                       ("nthreads", "threads per block"), ("nslots", "slots per connector"),
+                       ("slot-bytes", "bytes per slot")):
+        p.add_argument(f"--{name}", type=int, default=None,
+                       help=f"{what} (WorldConfig; default: the GPU's or the simulator's)")
     p.add_argument("--csv", metavar="FILE", help="write every row as CSV")
     p.add_argument("--json", metavar="FILE", help="write every row as JSON")
     p.add_argument("--plot", metavar="FILE", help="draw busbw against size (PNG)")
@@ -216,13 +222,18 @@ def main(argv: list[str]) -> int:
                         maxbytes=args.maxbytes, stepfactor=args.stepfactor, iters=args.iters,
                         warmup=args.warmup, check=bool(args.check), dtype=args.datatype,
                         op=args.op, root=args.root, policy=args.policy,
-                        progress=not args.no_progress)
+                        progress=not args.no_progress,
+                        world={k: v for k, v in (("nblocks", args.nblocks),
+                                                 ("nthreads", args.nthreads),
+                                                 ("nslots", args.nslots),
+                                                 ("slot_bytes", args.slot_bytes)) if v})
     if not 0 <= opts.root < opts.nranks:
         print(f"bench: root {opts.root} out of range for {opts.nranks} ranks", file=sys.stderr)
         return 2
     where = "GPU" if platform.gpu_available() else "CUDA simulator (CPU)"
     print(f"# pydfccl bench on the {where}: {opts.coll}, {opts.nranks} ranks, policy "
-          f"{opts.policy}, {opts.iters} runs per size after {opts.warmup} warm-up")
+          f"{opts.policy}, {opts.iters} runs per size after {opts.warmup} warm-up"
+          + "".join(f", {k} {v}" for k, v in opts.world.items()))
     modes = ["daemon"] + {"none": [], "launch": ["launch"], "nccl": ["nccl"],
                           "both": ["launch", "nccl"]}[args.baseline]
     results, base = {}, None

@@ -32,6 +32,8 @@ for s in $stages; do
     soak)       stage soak 300 $PY -m pydfccl soak --seconds ${SOAK_SECONDS:-120} --no-progress ;;
     sweep4)     # nccl-tests-style sizes, 8 B to 256 MiB on 4 ranks, with both baselines
                 stage sweep4 300 $PY -m pydfccl bench --nranks 4 -b 8 -e 268435456 -f 4 --baseline both --no-progress --csv "$LOGS/sweep4.csv" ;;
+    sweep4_big) # large messages with larger slots and more channels (16 blocks, 1 MiB slots)
+                stage sweep4_big 240 $PY -m pydfccl bench --nranks 4 -b 1048576 -e 268435456 -f 16 -n 10 -w 2 --baseline none --nblocks 16 --slot-bytes 1048576 --no-progress ;;
     probe)      stage probe 60 $PY scripts/probe_timer.py ;;
     probe_host) stage probe_host 60 $PY scripts/probe_host.py ;;
     probe_latency) stage probe_latency 90 $PY scripts/probe_latency.py ;;

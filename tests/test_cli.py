@@ -48,8 +48,10 @@ def test_bench_sweeps_sizes_in_nccl_tests_form(tmp_path, capsys):
     out_json, out_csv = tmp_path / "b.json", tmp_path / "b.csv"
     assert cli.main(["bench", "--coll", "all_gather", "--nranks", "3", "-b", "8", "-e", "512",
                      "-f", "4", "-n", "2", "-w", "1", "--baseline", "launch", "--no-progress",
+                     "--slot-bytes", "64", "--nslots", "3",     # several loops at 504 B
                      "--json", str(out_json), "--csv", str(out_csv)]) == 0
     out = capsys.readouterr().out
+    assert "nslots 3, slot_bytes 64" in out         # the world sizes reach the ranks
     assert "size(B)" in out and "busbw(GB/s)" in out and "#wrong" in out
     assert "Avg bus bandwidth" in out and "x daemon" in out
     rows = json.loads(out_json.read_text())["rows"]

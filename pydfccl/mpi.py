@@ -90,11 +90,9 @@ def _shared_world(group, config):
             s.unlink()
     views = [np.ndarray((size,), np.uint8, buffer=s.buf) for s, size in zip(segments, sizes)]
     if config.simulator:
-        world = World(config, ctl_mem=views[0], pool_mem=views[1])
-    else:
-        world = World(config, ctl_mem=views[0], ipc=(group.rank, group.allgather))
-    world._segments = segments    # the mappings live as long as the world
-    return world
+        return World(config, ctl_mem=views[0], pool_mem=views[1], keep=tuple(segments))
+    return World(config, ctl_mem=views[0], ipc=(group.rank, group.allgather),
+                 keep=tuple(segments))
 
 
 LOCAL_RANK_VARIABLES = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",

@@ -82,11 +82,16 @@ class World:
     - ``ctl_mem`` and ``ipc=(rank, allgather)`` (GPUs, one process per rank): the rows are
       shared memory registered with the driver; the process allocates its own pool and
       opens its peers' through CUDA IPC handles exchanged by ``allgather``.
+
+    ``keep``: objects that must live as long as the world, such as the shared-memory
+    segments that ``ctl_mem`` and ``pool_mem`` view.
     """
 
     def __init__(self, config: WorldConfig, ctl_mem: np.ndarray | None = None,
-                 pool_mem: np.ndarray | None = None, ipc: tuple | None = None):
+                 pool_mem: np.ndarray | None = None, ipc: tuple | None = None,
+                 keep: tuple = ()):
         self.config = config
+        self._keep = keep
         n = config.nranks
         self._ctl = HostBuffer(config.ctl_bytes, ctl_mem)
         rows = n * L.CTL_ROW.itemsize

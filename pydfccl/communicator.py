@@ -410,15 +410,18 @@ class Communicator:
         return out
 
     def trace(self) -> list[dict]:
-        """Every event of this rank's daemon blocks so far, oldest first per block: dicts with
-        ``t_ns``, ``rank``, ``block``, ``event`` (absorbed, loaded, preempted, completed,
-        launched, quit), ``coll`` (coll_id or None), ``loop``, ``step``. The poller drains the
-        logs while work is outstanding; ``trace_lost()`` counts records overwritten first."""
+        """The events of this rank's daemon blocks so far (the latest PYDFCCL_TRACE_KEEP,
+        200,000 by default), oldest first per block: dicts with ``t_ns``, ``rank``,
+        ``block``, ``event`` (absorbed, loaded, preempted, completed, launched, quit),
+        ``coll`` (coll_id or None), ``loop``, ``step``. The poller drains the logs while
+        work is outstanding; ``trace_lost()`` counts the events missing from it."""
         self._require_started_once("trace")
-        return self._tracer.drain()
+        return self._tracer.events()
 
     def trace_lost(self) -> int:
-        return self._tracer.lost
+        """Events not in ``trace()``: overwritten on the device before they were read, or
+        let go on the host to keep the latest PYDFCCL_TRACE_KEEP."""
+        return self._tracer.lost + self._tracer.dropped
 
     def stats(self) -> dict:
         blocks = self._blocks[: self.world.config.nblocks]

@@ -3,13 +3,15 @@ records and into a Chrome-trace / Perfetto timeline (one track per rank and bloc
 
 from __future__ import annotations
 
+import collections
+import os
 import threading
 
 import numpy as np
 
 from . import layout as L
 
-__all__ = ["TraceReader", "primitive_name", "to_chrome", "plot_timeline"]
+__all__ = ["TraceReader", "TRACE_KEEP", "primitive_name", "to_chrome", "plot_timeline"]
 
 
 def primitive_name(flags: int) -> str:
@@ -22,14 +24,27 @@ def primitive_name(flags: int) -> str:
     return names.get(flags) or names.get(flags | P.F_POSTDIV) or f"flags {flags}"
 
 
-class TraceReader:
-    """Reads new records from one rank's block logs; keeps everything read so far."""
+TRACE_KEEP = int(os.environ.get("PYDFCCL_TRACE_KEEP", "200000"))
 
-    def __init__(self, pool, rank: int, nblocks: int, coll_ids: dict):
+
+class TraceReader:
+    """Reads new records from one rank's block logs, and keeps the latest ``keep`` of them.
+
+    The poller drains the device rings every few milliseconds while work is outstanding, so
+    that none wraps; what it reads stays as the raw 48-byte records, and only ``events()``
+    (``comm.trace()``) turns them into dicts. A communicator that runs for days would
+    otherwise hold every event it ever had: ``keep`` bounds that (PYDFCCL_TRACE_KEEP, about
+    10 MB by default), and ``lost`` counts records overwritten in a ring before they were
+    read, ``dropped`` the oldest ones let go on the host."""
+
+    def __init__(self, pool, rank: int, nblocks: int, coll_ids: dict, keep: int = TRACE_KEEP):
         self.pool, self.rank, self.nblocks, self.coll_ids = pool, rank, nblocks, coll_ids
+        self.keep = keep
         self.read = [0] * nblocks
-        self.events: list[dict] = []
+        self._chunks: collections.deque = collections.deque()   # (block, records)
+        self._kept = 0
         self.lost = 0          # records overwritten before they were read
+        self.dropped = 0       # records read, then let go to stay within ``keep``
         self._lock = threading.Lock()
 
     def _heads(self) -> np.ndarray:
@@ -48,7 +63,8 @@ class TraceReader:
             i += n
         return np.concatenate(pieces) if pieces else np.empty(0, L.TRACE_EVENT)
 
-    def drain(self) -> list[dict]:
+    def drain(self) -> None:
+        """Copy the new records of every block (the poller calls this)."""
         with self._lock:
             heads = self._heads()
             for b in range(self.nblocks):
@@ -58,19 +74,39 @@ class TraceReader:
                 # Records older than (head now - CAP) may have been overwritten while copying.
                 valid = max(first, int(self._heads()[b]) - L.TRACE_CAP)
                 self.lost += valid - self.read[b]
-                for rec in records[valid - first:]:
-                    coll = int(rec["coll"])
-                    event = dict(
-                        t_ns=int(rec["t"]), rank=self.rank, block=b,
-                        event=L.TRACE_KINDS.get(int(rec["event"]), "unknown"),
-                        coll=self.coll_ids.get(coll) if coll >= 0 else None,
-                        loop=int(rec["detail"]) // 1024, step=int(rec["detail"]) % 1024)
-                    if event["event"] == "preempted":
-                        event.update(primitive=primitive_name(int(rec["flags"])),
-                                     waited_ns=int(rec["waited"]))
-                    self.events.append(event)
+                self._keep_records(b, records[valid - first:])
                 self.read[b] = head
-            return list(self.events)
+
+    def _keep_records(self, block: int, records: np.ndarray) -> None:
+        if len(records):
+            self._chunks.append((block, records))
+            self._kept += len(records)
+        while self._kept > self.keep:
+            b, oldest = self._chunks[0]
+            excess = min(self._kept - self.keep, len(oldest))
+            if excess == len(oldest):
+                self._chunks.popleft()
+            else:
+                self._chunks[0] = (b, oldest[excess:])
+            self._kept -= excess
+            self.dropped += excess
+
+    def events(self) -> list[dict]:
+        """The kept events, oldest first per block, as dicts (after a last drain)."""
+        self.drain()
+        with self._lock:
+            return [self._event(b, rec) for b, records in self._chunks for rec in records]
+
+    def _event(self, block: int, rec) -> dict:
+        coll = int(rec["coll"])
+        event = dict(t_ns=int(rec["t"]), rank=self.rank, block=block,
+                     event=L.TRACE_KINDS.get(int(rec["event"]), "unknown"),
+                     coll=self.coll_ids.get(coll) if coll >= 0 else None,
+                     loop=int(rec["detail"]) // 1024, step=int(rec["detail"]) % 1024)
+        if event["event"] == "preempted":
+            event.update(primitive=primitive_name(int(rec["flags"])),
+                         waited_ns=int(rec["waited"]))
+        return event
 
 
 def to_chrome(events: list[dict], names: dict | None = None) -> dict:

@@ -4,6 +4,8 @@ completes it at once); the Chrome trace is well formed."""
 
 import json
 
+import numpy as np
+
 import pydfccl
 import workers
 from pydfccl.trace import to_chrome
@@ -63,3 +65,45 @@ def test_demo_writes_a_timeline_and_a_picture(tmp_path):
     assert {e["pid"] for e in chrome["traceEvents"]} == {0, 1}
     assert any(e["ph"] == "X" and e["name"] == "all_reduce 2" for e in chrome["traceEvents"])
     assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+class _Pool:
+    """A pool's header in host memory, as ``DeviceBuffer.read`` serves it."""
+
+    def __init__(self, nblocks):
+        from pydfccl import layout as L
+
+        self.raw = np.zeros(L.P_TRACE + nblocks * L.TRACE_CAP * L.TRACE_SIZE, np.uint8)
+        self.heads = self.raw[L.P_TRACE_HEAD:L.P_TRACE_HEAD + 8 * nblocks].view(np.int64)
+        self.rings = self.raw[L.P_TRACE:].view(L.TRACE_EVENT).reshape(nblocks, L.TRACE_CAP)
+
+    def read(self, offset, nbytes):
+        return self.raw[offset:offset + nbytes].copy()
+
+    def log(self, block, n, coll=0):
+        """The daemon's side: ``n`` more "loaded" records on ``block``, t counting up."""
+        from pydfccl import layout as L
+
+        for _ in range(n):
+            head = int(self.heads[block])
+            self.rings[block, head % L.TRACE_CAP] = (head, 2, coll, 0, 0, 0)
+            self.heads[block] = head + 1
+
+
+def test_the_host_keeps_the_latest_events_within_its_bound():
+    from pydfccl.trace import TraceReader
+
+    pool = _Pool(nblocks=2)
+    reader = TraceReader(pool, rank=0, nblocks=2, coll_ids={0: 7}, keep=100)
+    for _ in range(5):             # 5 drains of 30 + 10 records: 200 read, 100 kept
+        pool.log(0, 30)
+        pool.log(1, 10)
+        reader.drain()
+    events = reader.events()
+    assert len(events) == 100 and reader.dropped == 100 and reader.lost == 0
+    assert {e["coll"] for e in events} == {7} and {e["event"] for e in events} == {"loaded"}
+    last = [e["t_ns"] for e in events if e["block"] == 0]
+    assert last == list(range(150 - len(last), 150))      # block 0's latest, in order
+    pool.log(0, 5000)              # more than a ring holds between two drains
+    reader.drain()
+    assert reader.lost == 5000 - 4096 and reader.dropped == 100 + 4096

@@ -14,6 +14,8 @@ SUBCOMMANDS = {
                                "'bench latency' for small-message latency"),
     "risk": ("pydfccl.sched.risk", "the paper's deadlock-risk study (no GPU needed)"),
     "soak": ("pydfccl.soak", "many random schedules end to end, every output verified"),
+    "doctor": ("pydfccl.doctor", "what this machine offers pydfccl (versions, GPUs, MPS, "
+                                 "launchers, kernel cache)"),
 }
 
 

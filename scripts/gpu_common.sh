@@ -16,7 +16,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1   # the machine runs us as root
 SUMMARY="$OUT/summary.txt"
 { date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader;
-  python3 -c "import numba, numba_cuda, numpy; print('numba', numba.__version__, 'numba-cuda', numba_cuda.__version__, 'numpy', numpy.__version__)"; } | tee "$SUMMARY"
+  python3 -m pydfccl doctor; } 2>&1 | tee "$SUMMARY"
 PY=python3
 
 stage() {  # stage NAME TIMEOUT_S COMMAND...: log to $LOGS/NAME.log, one summary line

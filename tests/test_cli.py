@@ -76,3 +76,18 @@ def test_pydfccl_debug_configures_logging_or_names_a_bad_level():
     assert ok.returncode == 0 and ok.stdout.strip() == "20"
     bad = run("chatty")
     assert bad.returncode != 0 and "PYDFCCL_DEBUG='CHATTY' is not a logging level" in bad.stderr
+
+
+def test_doctor_reports_each_fact(capsys, monkeypatch):
+    from pydfccl import doctor
+
+    assert cli.main(["doctor"]) == 0          # a CPU machine with the test extra: no problem
+    out = capsys.readouterr().out
+    assert "versions" in out and "numba-cuda" in out
+    assert "Numba CUDA simulator" in out and "kernel cache" in out
+    # the known incompatibility is a problem, and makes the exit status 1
+    real = doctor._version
+    monkeypatch.setattr(doctor, "_version", lambda name: {"numpy": "2.5.2", "numba-cuda":
+                                                          "0.30.4"}.get(name) or real(name))
+    assert cli.main(["doctor"]) == 1
+    assert "PROBLEM numpy" in capsys.readouterr().out

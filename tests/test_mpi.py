@@ -3,15 +3,15 @@ completes, its nccl twin is reported as a deadlock, and start() compares registr
 across the processes. Without a GPU the processes run the simulator."""
 
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
 
 import pytest
 
-MPIEXEC = shutil.which("mpiexec", path=os.path.dirname(sys.executable) + os.pathsep
-                       + os.environ.get("PATH", ""))
+from pydfccl.doctor import find_mpiexec
+
+MPIEXEC = find_mpiexec()
 pytestmark = pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec (pip install mpich)")
 pytest.importorskip("mpi4py")
 

@@ -34,7 +34,7 @@ from . import layout as L
 from . import platform
 from .communicator import Communicator
 from .errors import PydfcclError, RankFailedError
-from .world import World, WorldConfig
+from .world import World, WorldConfig, new_segment
 
 __all__ = ["launch", "BACKENDS", "default_backend"]
 
@@ -203,9 +203,8 @@ def _launch_processes(worker, nranks, options, timeout, args, config):
     if simulator:
         os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
     ctx = mp.get_context("spawn")
-    ctl_shm = shared_memory.SharedMemory(create=True, size=cfg.ctl_bytes)
-    segments = [ctl_shm] + ([shared_memory.SharedMemory(create=True, size=nranks * cfg.pool_bytes)]
-                            if simulator else [])
+    ctl_shm = new_segment(cfg.ctl_bytes)
+    segments = [ctl_shm] + ([new_segment(nranks * cfg.pool_bytes)] if simulator else [])
     procs, pipes = [], []
     try:
         for rank in range(nranks):

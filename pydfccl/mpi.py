@@ -70,12 +70,12 @@ def use_simulator_without_gpu() -> None:
 def _shared_world(group, config):
     """The World of this rank: rank 0 makes the segments, the others attach to them; rank 0
     unlinks them once everyone has, so that nothing is left behind however the job ends."""
-    from .world import World
+    from .world import World, new_segment
 
     sizes = [config.ctl_bytes] + ([config.nranks * config.pool_bytes] if config.simulator else [])
     names = None
     if group.rank == 0:
-        made = [shared_memory.SharedMemory(create=True, size=size) for size in sizes]
+        made = [new_segment(size) for size in sizes]
         names = [s.name for s in made]
     names = group.bcast(names, root=0)
     if group.rank == 0:

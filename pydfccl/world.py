@@ -7,6 +7,8 @@ segments that the launching parent made, and sees its peers' pools at its own ad
 
 from __future__ import annotations
 
+import itertools
+import os
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -14,9 +16,20 @@ import numpy as np
 from . import layout as L
 from .platform import SIMULATOR, DeviceBuffer, HostBuffer, PeerBuffer, ipc_handle
 
-__all__ = ["WorldConfig", "World", "REPORT_BYTES"]
+__all__ = ["WorldConfig", "World", "REPORT_BYTES", "new_segment"]
 
 REPORT_BYTES = 8192
+
+_segments_made = itertools.count()
+
+
+def new_segment(size: int):
+    """A new shared-memory segment for a world, named ``pydfccl_<pid>_<n>`` after the process
+    that makes it (and unlinks it), so that a leftover one says whose it was."""
+    from multiprocessing import shared_memory
+
+    name = f"pydfccl_{os.getpid()}_{next(_segments_made)}"
+    return shared_memory.SharedMemory(name=name, create=True, size=size)
 
 
 _DEFAULTS = {

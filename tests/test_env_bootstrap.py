@@ -65,7 +65,6 @@ comm.close()
 def test_a_killed_rank_is_named_within_the_heartbeat_timeout(tmp_path):
     script = tmp_path / "killed.py"
     script.write_text(KILLED)
-    segments_before = set(os.listdir("/dev/shm"))
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     env.update(WORLD_SIZE="3", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
@@ -81,4 +80,17 @@ def test_a_killed_rank_is_named_within_the_heartbeat_timeout(tmp_path):
         assert "rank failure: rank 2 (no heartbeat for" in out, out
         seconds = float(out.split(" after ")[1].split(" s:")[0])
         assert seconds < 30, out
-    assert set(os.listdir("/dev/shm")) <= segments_before    # rank 0 unlinked its segments
+    # rank 0 made the world's segments (named after its pid) and unlinked them
+    assert not [n for n in os.listdir("/dev/shm") if n.startswith(f"pydfccl_{procs[0].pid}_")]
+
+
+def test_world_segments_are_named_after_their_maker():
+    from pydfccl.world import new_segment
+
+    segment = new_segment(64)
+    try:
+        assert segment.name.startswith(f"pydfccl_{os.getpid()}_")
+        assert segment.name.lstrip("/") in os.listdir("/dev/shm")
+    finally:
+        segment.close()
+        segment.unlink()

@@ -539,13 +539,7 @@ class Communicator:
 
     def _poll_once(self) -> bool:
         """Complete what the CQ holds, else look for an abort or a stall; True if any
-        future completed. A failure here fails this rank's futures, not the poller, and
-        buffers released here (the last reference may be ours) never free device memory
-        here (``platform.deferred_frees``)."""
-        with platform.deferred_frees():
-            return self._poll_once_deferred()
-
-    def _poll_once_deferred(self) -> bool:
+        future completed. A failure here fails this rank's futures, not the poller."""
         try:
             if self._unconfirmed and self._confirm_late():
                 return True
@@ -652,6 +646,17 @@ class Communicator:
             if resubmitted and not self.persistent:
                 self._launch_once()
             done.append((index, future, buffers))
+        if done:
+            # The last references to the runs' buffers may go here, on the poller: Numba
+            # must not free device memory on this thread (``platform.deferred_frees``).
+            with platform.deferred_frees():
+                self._complete(done)
+                count = len(done)
+                done.clear()
+            return count
+        return 0
+
+    def _complete(self, done: list) -> None:
         for index, future, buffers in done:
             for role in dropped_by_user(buffers):     # before set_result: it holds recv
                 self._dropped_buffers += 1
@@ -659,7 +664,6 @@ class Communicator:
                                "before the collective completed; pydfccl kept it alive until "
                                "then", self.rank, self._by_index[index], role)
             future.set_result(buffers[1])
-        return len(done)
 
     def _set_error(self, error: Exception) -> None:
         with self._lock:

@@ -295,7 +295,8 @@ def deferred_frees():
     """A context in which Numba queues device frees instead of making them. ``cuMemFree``
     may wait for every kernel on the device, and a kernel that never quits (a daemon under
     the ``nccl`` policy, stuck in a deadlock) would then stall the thread that freed: the
-    poller's work runs in this context, so that its watchdog can always report."""
+    poller completes futures (and may drop the last reference to a buffer) in this context,
+    so that it always gets back to its watchdog."""
     return cuda.defer_cleanup()
 
 

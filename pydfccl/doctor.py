@@ -43,11 +43,6 @@ def _versions() -> list[tuple]:
     return rows
 
 
-def _device_attribute(driver, device, name: str) -> int:
-    return platform._check(driver.cuDeviceGetAttribute(
-        getattr(driver.CUdevice_attribute, name), device), name)
-
-
 def _gpus() -> list[tuple]:
     if platform.SIMULATOR or not platform.gpu_available():
         return [(NOTE, "device", "no GPU: kernels run on the Numba CUDA simulator, one process "
@@ -60,11 +55,9 @@ def _gpus() -> list[tuple]:
     for i in range(count):
         gpu = cuda.gpus[i]
         with gpu:
-            device = platform._check(driver.cuCtxGetDevice(), "cuCtxGetDevice")
             cc = ".".join(map(str, gpu.compute_capability))
-            mapped = _device_attribute(driver, device, "CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY")
-            mem_ops = _device_attribute(
-                driver, device, "CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS")
+            mapped = platform.device_attribute("CAN_MAP_HOST_MEMORY")
+            mem_ops = platform.device_attribute("CAN_USE_64_BIT_STREAM_MEM_OPS")
             rows.append((OK if mapped else PROBLEM, f"GPU {i}",
                          f"{gpu.name.decode() if isinstance(gpu.name, bytes) else gpu.name}, "
                          f"compute capability {cc}; maps host memory: {bool(mapped)}"))
@@ -78,7 +71,8 @@ def _gpus() -> list[tuple]:
                  "(start it with `nvidia-cuda-mps-control -d`); threads need no MPS"))
     if count > 1:
         blocked = [(a, b) for a in range(count) for b in range(count) if a != b and not
-                   platform._check(driver.cuDeviceCanAccessPeer(a, b), "cuDeviceCanAccessPeer")]
+                   platform.driver_result(driver.cuDeviceCanAccessPeer(a, b),
+                                                  "cuDeviceCanAccessPeer")]
         rows.append((OK if not blocked else PROBLEM, "peer access",
                      "every GPU reaches every other" if not blocked else
                      f"these pairs cannot reach each other: {blocked}"))

@@ -161,7 +161,7 @@ class _PipeGroup:
         self._pipe.send(("exchange", obj))
         kind, payload = self._pipe.recv()
         if kind != "exchange":
-            raise PydfcclError(f"start(): {payload}")
+            raise PydfcclError(f"exchange with the other ranks failed: {payload}")
         return payload
 
 

@@ -26,7 +26,7 @@ from .kernels.memory import SIMULATOR
 cuda.config.CUDA_LOW_OCCUPANCY_WARNINGS = 0
 
 __all__ = ["SIMULATOR", "WAIT_SPIN_SECONDS", "gpu_available", "DeviceBuffer", "HostBuffer",
-           "PeerBuffer", "ipc_handle", "use_device", "bind_thread", "mps_active",
+           "PeerBuffer", "ipc_handle", "use_device", "bind_thread", "mps_active", "device_attribute", "driver_result",
            "address_of", "empty", "new_stream", "destroy_stream", "launch", "wait_stream",
            "synchronize_device", "deferred_frees", "to_numpy", "copy_in", "precise_sleeps"]
 
@@ -113,7 +113,7 @@ class HostBuffer:
 
 # -- memory shared between rank processes on GPUs (CUDA IPC) -------------------------------------
 
-def _check(result, what: str):
+def driver_result(result, what: str):
     """cuda-python calls return (error, values...): raise on an error, else the values."""
     err, *values = result if isinstance(result, tuple) else (result,)
     if int(err) != 0:
@@ -126,9 +126,9 @@ def _register_host(view: np.ndarray) -> int:
 
     cuda.current_context()
     ptr = int(view.ctypes.data)
-    _check(driver.cuMemHostRegister(ptr, view.nbytes, driver.CU_MEMHOSTREGISTER_PORTABLE
+    driver_result(driver.cuMemHostRegister(ptr, view.nbytes, driver.CU_MEMHOSTREGISTER_PORTABLE
                                     | driver.CU_MEMHOSTREGISTER_DEVICEMAP), "cuMemHostRegister")
-    return int(_check(driver.cuMemHostGetDevicePointer(ptr, 0), "cuMemHostGetDevicePointer"))
+    return int(driver_result(driver.cuMemHostGetDevicePointer(ptr, 0), "cuMemHostGetDevicePointer"))
 
 
 def _unregister_host(ptr: int) -> None:
@@ -144,7 +144,7 @@ def ipc_handle(buffer: DeviceBuffer) -> bytes:
     """The CUDA IPC handle of ``buffer``'s allocation, as bytes another process can open."""
     from cuda.bindings import driver
 
-    handle = _check(driver.cuIpcGetMemHandle(buffer.addr), "cuIpcGetMemHandle")
+    handle = driver_result(driver.cuIpcGetMemHandle(buffer.addr), "cuIpcGetMemHandle")
     return ctypes.string_at(handle.getPtr(), IPC_HANDLE_BYTES)
 
 
@@ -160,7 +160,7 @@ class PeerBuffer:
         cuda.current_context()
         raw = driver.CUipcMemHandle()
         ctypes.memmove(raw.getPtr(), handle, IPC_HANDLE_BYTES)
-        ptr = _check(driver.cuIpcOpenMemHandle(
+        ptr = driver_result(driver.cuIpcOpenMemHandle(
             raw, driver.CUipcMem_flags.CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS.value),
             "cuIpcOpenMemHandle")
         self.addr = int(ptr)
@@ -186,16 +186,21 @@ def bind_thread() -> None:
         cuda.select_device(_process_device)
 
 
-def mps_active() -> bool:
-    """Whether this process's context is shared through the MPS daemon: without it, kernels
-    of rank processes that share one GPU take turns in time slices of milliseconds."""
+def device_attribute(name: str) -> int:
+    """The driver's ``CU_DEVICE_ATTRIBUTE_<name>`` of the current thread's GPU."""
     from cuda.bindings import driver
 
     cuda.current_context()
-    device = _check(driver.cuCtxGetDevice(), "cuCtxGetDevice")
-    return bool(_check(driver.cuDeviceGetAttribute(
-        driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MPS_ENABLED, device),
-        "cuDeviceGetAttribute(MPS_ENABLED)"))
+    device = driver_result(driver.cuCtxGetDevice(), "cuCtxGetDevice")
+    return int(driver_result(driver.cuDeviceGetAttribute(
+        getattr(driver.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name}"), device),
+        f"cuDeviceGetAttribute({name})"))
+
+
+def mps_active() -> bool:
+    """Whether this process's context is shared through the MPS daemon: without it, kernels
+    of rank processes that share one GPU take turns in time slices of milliseconds."""
+    return bool(device_attribute("MPS_ENABLED"))
 
 
 def empty(count: int, dtype) -> object:
@@ -240,9 +245,8 @@ def new_stream():
     from cuda.bindings import driver
 
     cuda.current_context()
-    err, handle = driver.cuStreamCreate(driver.CUstream_flags.CU_STREAM_NON_BLOCKING.value)
-    if int(err) != 0:
-        raise RuntimeError(f"cuStreamCreate failed: {err}")
+    handle = driver_result(driver.cuStreamCreate(
+        driver.CUstream_flags.CU_STREAM_NON_BLOCKING.value), "cuStreamCreate")
     stream = cuda.external_stream(int(handle))
     stream._pydfccl_handle = handle  # keep the driver handle alive with the stream
     return stream

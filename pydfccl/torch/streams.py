@@ -32,10 +32,8 @@ class DriverStreamOps:
         self._d = driver
 
     def _check(self, result, what):
-        err = result[0] if isinstance(result, tuple) else result
-        if int(err) != 0:
-            raise RuntimeError(f"pydfccl.torch: {what} failed: {err}")
-        return result[1] if isinstance(result, tuple) and len(result) > 1 else None
+        from ..platform import driver_result
+        return driver_result(result, f"pydfccl.torch: {what}")
 
     def mapped_words(self, n: int) -> tuple[np.ndarray, int]:
         """``n`` zeroed int64 words of pinned host memory the GPU can reach: (host view,

@@ -17,8 +17,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from .convert import op_name
-from .group import TorchGroup
+from .group import TorchGroup, _simulated
 
 __all__ = ["C10dStoreGroup", "ProcessGroupDfccl", "register", "BACKEND_NAME"]
 
@@ -101,10 +100,10 @@ class ProcessGroupDfccl(dist.ProcessGroup):
         return tensors[0]
 
     def allreduce(self, tensors, opts=None):
-        t = self._one(tensors, "allreduce")
+        from .functional import all_reduce
         op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
-        return self.dfccl_group.run("all_reduce", t, None, count=t.numel(), op=op_name(op),
-                                    async_op=True)
+        return all_reduce(self._one(tensors, "allreduce"), op, group=self.dfccl_group,
+                          async_op=True)
 
     def all_gather_single(self, output, input, opts=None):
         from .functional import all_gather_into_tensor
@@ -167,11 +166,6 @@ class ProcessGroupDfccl(dist.ProcessGroup):
 
     def __repr__(self):
         return f"ProcessGroupDfccl(rank={self._rank}, size={self._size})"
-
-
-def _simulated() -> bool:
-    from .. import platform
-    return platform.SIMULATOR
 
 
 def _create(store, rank, size, timeout):

@@ -26,7 +26,7 @@ from .kernels.memory import SIMULATOR
 cuda.config.CUDA_LOW_OCCUPANCY_WARNINGS = 0
 
 __all__ = ["SIMULATOR", "WAIT_SPIN_SECONDS", "gpu_available", "DeviceBuffer", "HostBuffer",
-           "PeerBuffer", "ipc_handle", "use_device", "bind_thread", "mps_active", "device_attribute", "driver_result",
+           "PeerBuffer", "ipc_handle", "use_device", "bind_thread", "mps_active", "device_attribute", "device_memory_used", "driver_result",
            "address_of", "empty", "new_stream", "destroy_stream", "launch", "wait_stream",
            "synchronize_device", "deferred_frees", "to_numpy", "copy_in", "precise_sleeps"]
 
@@ -195,6 +195,14 @@ def device_attribute(name: str) -> int:
     return int(driver_result(driver.cuDeviceGetAttribute(
         getattr(driver.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name}"), device),
         f"cuDeviceGetAttribute({name})"))
+
+
+def device_memory_used() -> int | None:
+    """Bytes of the GPU's memory in use (every process's), or None under the simulator."""
+    if SIMULATOR or not gpu_available():
+        return None
+    free, total = cuda.current_context().get_memory_info()
+    return total - free
 
 
 def mps_active() -> bool:

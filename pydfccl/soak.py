@@ -13,6 +13,7 @@ flat. ``python -m pydfccl soak`` exits 0 only when nothing was wrong or lost.
 from __future__ import annotations
 
 import argparse
+import gc
 import itertools
 import resource
 import sys
@@ -208,7 +209,7 @@ class SoakReport:
     syncs: int = 0
     dropped_buffers: int = 0
     seconds: float = 0.0
-    resources: list = field(default_factory=list)   # (when, threads, resident bytes)
+    resources: list = field(default_factory=list)   # ResourceSample, 1, 2, 4, ... schedules in
 
     @property
     def lost(self) -> int:
@@ -244,15 +245,37 @@ class SoakReport:
             self.dropped_buffers += stats["dropped_buffers"]
 
 
-def resource_sample(when: str) -> tuple:
-    """(when, threads, resident bytes) of this process now: VmRSS where /proc has it, else
-    the peak (``ru_maxrss``, KiB on Linux)."""
+@dataclass(frozen=True)
+class ResourceSample:
+    """This process's footprint at one moment: a leak grows these, a cache levels off."""
+    when: str
+    threads: int
+    rss: int                    # resident bytes
+    objects: int                # objects Python's garbage collector tracks
+    device_used: int | None     # the GPU's memory in use (None under the simulator)
+
+
+def resource_sample(when: str) -> ResourceSample:
+    """Measure now. RSS is VmRSS where /proc has it, else the peak (``ru_maxrss``, KiB on
+    Linux)."""
     try:
         with open("/proc/self/status") as f:
             rss = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
     except (OSError, StopIteration):
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return when, threading.active_count(), rss * 1024
+    return ResourceSample(when, threading.active_count(), rss * 1024, len(gc.get_objects()),
+                          platform.device_memory_used())
+
+
+def resource_table(samples: list) -> str:
+    """One line per sample, aligned."""
+    mib = 1 << 20
+    lines = [f"  {'when':<24} {'threads':>7} {'RSS MiB':>9} {'objects':>9} {'GPU MiB':>9}"]
+    for s in samples:
+        device = "-" if s.device_used is None else f"{s.device_used / mib:.0f}"
+        lines.append(f"  {s.when:<24} {s.threads:>7} {s.rss / mib:>9.1f} {s.objects:>9} "
+                     f"{device:>9}")
+    return "\n".join(lines)
 
 
 def _schedule_indices(opts: SoakOptions):
@@ -300,12 +323,10 @@ def run_soak(opts: SoakOptions, backend: str | None = None) -> SoakReport:
 
 
 def summarize(report: SoakReport, opts: SoakOptions, where: str) -> str:
-    mib = 1 << 20
-    threads = ", ".join(f"{t} {when}" for when, t, _ in report.resources)
-    rss = ", ".join(f"{b / mib:.1f} MiB {when}" for when, _, b in report.resources)
-    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss << 10
+    resources = "resources of this process:\n" + resource_table(report.resources)
     if children:
-        rss += f" (largest child process, the rank processes: {children / mib:.1f} MiB)"
+        resources += f"\n  (largest child process, a rank process: {children / (1 << 20):.1f} MiB)"
     return "\n".join([
         f"soak on the {where}: {report.schedules} schedule{'s' * (report.schedules != 1)} "
         f"(seed {opts.seed}, policy {opts.policy}) in {report.seconds:.1f} s",
@@ -314,7 +335,7 @@ def summarize(report: SoakReport, opts: SoakOptions, where: str) -> str:
         f"root), wrong: {len(report.wrong)}",
         f"preemptions: {report.preemptions}; relaunches: {report.relaunches}; device syncs: "
         f"{report.syncs}; dropped buffers: {report.dropped_buffers}",
-        f"resources: threads {threads}; RSS {rss}",
+        resources,
     ])
 
 

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from . import layout as L
+from .kernels.compiler import MAX_THREADS
 from .platform import SIMULATOR, DeviceBuffer, HostBuffer, PeerBuffer, ipc_handle
 
 __all__ = ["WorldConfig", "World", "REPORT_BYTES", "new_segment"]
@@ -58,7 +59,8 @@ class WorldConfig:
         checks = [
             (self.nranks >= 1, "nranks must be >= 1"),
             (1 <= self.nblocks <= L.MAX_BLOCKS, f"nblocks must be in 1..{L.MAX_BLOCKS}"),
-            (self.nthreads >= 1, "nthreads must be >= 1"),
+            (1 <= self.nthreads <= MAX_THREADS, f"nthreads must be in 1..{MAX_THREADS} (the "
+                                                 "daemon's register cap allows no more)"),
             (self.nslots >= 2, "nslots must be >= 2 (a ring step receives and sends at "
                                 "once, so with one slot every rank would wait for a free one)"),
             (self.slot_bytes >= 16 and self.slot_bytes % 16 == 0,

@@ -43,7 +43,9 @@ for s in $stages; do
     startup)    # the same small demo twice: the first compiles the daemon, the second loads it
                 # from Numba's on-disk cache (the lent machine starts bare, so the cache is cold)
                 stage startup_cold 200 bash -c "time $PY -m pydfccl demo -n 2 -k 2 -i 1 --no-progress"
-                stage startup_warm 100 bash -c "time $PY -m pydfccl demo -n 2 -k 2 -i 1 --no-progress" ;;
+                stage startup_warm 100 bash -c "time $PY -m pydfccl demo -n 2 -k 2 -i 1 --no-progress"
+                stage startup_probe 200 $PY scripts/probe_startup.py
+                stage startup_probe_again 100 $PY scripts/probe_startup.py ;;
     p2p_diag)   # the point-to-point deadlock test, with every thread's stack if it hangs
                 stage p2p_diag 120 $PY -m pytest -q -rfE --tb=short -p no:cacheprovider -o faulthandler_timeout=45 "tests/test_point_to_point.py::test_crossed_receives_complete_under_dfccl_and_deadlock_under_nccl" ;;
     ipc_nomps)  # rank processes sharing the GPU without MPS: a warning, slow but correct

@@ -38,6 +38,9 @@ def test_more_runs_than_the_queue_holds_are_queued_not_dropped():
 def test_threads_and_launches_stay_bounded():
     (out,) = pydfccl.launch(workers.steady_resources, 1, args=(400,), timeout=300)
     assert len(set(out["threads"])) == 1, out["threads"]
+    # Once warm, 300 more collectives leave the heap as it was: no per-run residue.
+    first, last = out["objects"][1], out["objects"][-1]
+    assert last - first < 200, out["objects"]
     assert out["stats"]["completed"] == 400
     assert out["stats"]["launches"] <= 400
 
@@ -54,7 +57,11 @@ def test_soak_command_short_form(capsys):
     assert runs, out
     submitted, completed, lost, verified, wrong = map(int, runs.groups())
     assert submitted == completed > 0 and lost == 0 and wrong == 0 and verified > 0
-    assert "3 schedules" in out and "resources: threads" in out
+    assert "3 schedules" in out and "resources of this process" in out
+    table = out.split("resources of this process:\n", 1)[1].splitlines()
+    assert table[0].split() == ["when", "threads", "RSS", "MiB", "objects", "GPU", "MiB"]
+    assert table[1].startswith("  at the start")
+    assert any(line.startswith("  at the end") for line in table[2:])
     assert "OK: every output verified, nothing lost" in out
 
 

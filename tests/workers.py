@@ -235,19 +235,22 @@ def many_runs_without_waiting(comm, runs: int):
 
 
 def steady_resources(comm, rounds: int):
-    """Threads and launches stay bounded over many collectives."""
+    """Threads, Python objects and launches stay bounded over many collectives."""
+    import gc
     import threading
 
     comm.prepare(0, "all_reduce", count=2, dtype="float32")
     comm.start()
     x = _fill(comm, np.ones(2, np.float32))
     y = comm.empty(2, "float32")
-    counts = []
+    counts, objects = [], []
     for i in range(rounds):
         comm.run(0, x, y).result(timeout=60)
         if i % (rounds // 4) == 0:
             counts.append(threading.active_count())
-    return dict(threads=counts, stats=comm.stats())
+            gc.collect()
+            objects.append(len(gc.get_objects()))
+    return dict(threads=counts, objects=objects, stats=comm.stats())
 
 
 def traced_opposite_orders(comm, ncolls: int, count: int):
@@ -368,25 +371,25 @@ def late_registration(comm):
     comm.start()
     out = {}
     comm.prepare(0, "all_reduce", count=5)
-    x = np.full(5, comm.rank + 1.0, np.float32)
+    x = _fill(comm, np.full(5, comm.rank + 1.0, np.float32))
     comm.run(0, x).result(timeout=60)
-    out["all_reduce"] = x.tolist()
+    out["all_reduce"] = platform.to_numpy(x).tolist()
     comm.prepare(1, "broadcast", count=3, dtype="int64", root=1)
-    y = np.full(3, comm.rank, np.int64)
+    y = _fill(comm, np.full(3, comm.rank, np.int64))
     comm.run(1, y).result(timeout=60)
-    out["broadcast"] = y.tolist()
+    out["broadcast"] = platform.to_numpy(y).tolist()
     # Rank 0 sends to 1 and 1 to 0: each rank prepares its send before its recv, so the
     # two directions are registered in different orders on the two ranks.
     if comm.rank < 2:
         peer = 1 - comm.rank
         comm.prepare(100 + comm.rank, "send", count=4, peer=peer)
         comm.prepare(100 + peer, "recv", count=4, peer=peer)
-        send = np.arange(4, dtype=np.float32) + 10 * comm.rank
-        recv = np.zeros(4, np.float32)
+        send = _fill(comm, np.arange(4, dtype=np.float32) + 10 * comm.rank)
+        recv = _fill(comm, np.zeros(4, np.float32))
         futures = [comm.run(100 + peer, recv), comm.run(100 + comm.rank, send)]
         for f in futures:
             f.result(timeout=60)
-        out["recv"] = recv.tolist()
+        out["recv"] = platform.to_numpy(recv).tolist()
     return out
 
 
@@ -395,17 +398,17 @@ def late_mismatch(comm, case):
     comm.start()
     if case == "count":
         comm.prepare(0, "all_reduce", count=5 + comm.rank)
-        return comm.run(0, np.ones(5 + comm.rank, np.float32)).result(timeout=60)
+        return comm.run(0, comm.empty(5 + comm.rank, "float32")).result(timeout=60)
     if case == "order":      # rank 0 prepares an all_reduce first, the others a broadcast
         first, second = ("all_reduce", "broadcast") if comm.rank == 0 else ("broadcast",
                                                                              "all_reduce")
         comm.prepare(0, first, count=4)
         comm.prepare(1, second, count=4)
-        return [comm.run(i, np.ones(4, np.float32)).result(timeout=60) for i in (0, 1)]
+        return [comm.run(i, comm.empty(4, "float32")).result(timeout=60) for i in (0, 1)]
     if case == "missing":    # only rank 0 prepares it
         if comm.rank == 0:
             comm.prepare(0, "all_reduce", count=4)
-            return comm.run(0, np.ones(4, np.float32)).result(timeout=60)
+            return comm.run(0, comm.empty(4, "float32")).result(timeout=60)
         time.sleep(8)
         return None
     raise ValueError(case)

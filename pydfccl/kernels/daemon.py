@@ -12,7 +12,7 @@ gone too long
 without progress (idle, or stuck) the block exits (voluntary quit); the host relaunches it when work is outstanding.
 
 ``make_daemon(policy)`` compiles the policy's five functions into a daemon (one signature:
-eight int64 scalars; cached on disk); one kernel per policy, everything else (sizes, counts,
+eight int64 scalars; cached on disk under a key of its sources, see ``compiler``); one kernel per policy, everything else (sizes, counts,
 parameters) is data. ``compile_now`` compiles before the first launch, so that compilation
 time is not taken for a stall.
 """
@@ -22,6 +22,7 @@ from numba import cuda
 
 from .. import layout as L
 from ..sched.policies import PARAM_SLOTS
+from .compiler import daemon_kernel
 from .memory import (as_array, atomic_add_gpu, backoff, load_acquire, load_volatile,
                      now_ns, store_release, store_volatile)
 from .primitives import (F_POSTDIV, F_RECV, F_SEND, SPIN_ABORT, SPIN_PREEMPT, fence, move,
@@ -417,7 +418,7 @@ def make_daemon(policy):
                 _insert(act, akey, sh, coll, order_key(params, tasks[task + T_PRIO],
                                                        tasks[task + T_SEQ], coll))
 
-    @cuda.jit(cache=True)
+    @daemon_kernel(policy)
     def daemon(ctl, pool, peers_addr, rank, nranks, nslots, slot_bytes, conn_stride):
         block = cuda.blockIdx.x
         nblocks = cuda.gridDim.x

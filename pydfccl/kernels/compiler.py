@@ -1,0 +1,85 @@
+"""How a daemon kernel is compiled: a register cap and a disk-cache key that outlive the process.
+
+Two things that plain ``cuda.jit(cache=True)`` gets wrong for the daemon:
+
+* **The cache never hit.** The daemon is a closure over the policy's compiled functions, and
+  Numba keys a closure's cache entry by pickling its cells; a pickled dispatcher carries a
+  fresh uuid in every process, so each run compiled the daemon again (12 s on the H200,
+  2026-11-29, ``gpu_check.sh startup``). Here the key is the source of the kernels and the
+  policy's functions instead, which is what the machine code depends on.
+* **A policy could exhaust the registers.** Compiled with the ``nccl`` policy's constants the
+  daemon took more than 128 registers per thread and could not launch 512 threads
+  (``CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES``); the cap makes every policy launchable at
+  :data:`MAX_THREADS`.
+
+The simulator runs kernels as Python and takes neither option; this module is the only
+place that knows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+from pathlib import Path
+
+from numba import cuda
+
+from .memory import SIMULATOR
+
+__all__ = ["MAX_THREADS", "daemon_kernel"]
+
+MAX_THREADS = 512                         # threads per daemon block, at most
+_REGISTERS = 65536 // MAX_THREADS         # an SM's register file shared by one full block
+
+_PACKAGE = Path(__file__).resolve().parent.parent
+# The files whose text becomes the daemon's machine code (the kernels and the constants
+# they import).
+_SOURCES = sorted(_PACKAGE.glob("kernels/*.py")) + [
+    _PACKAGE / "layout.py", _PACKAGE / "codes.py", _PACKAGE / "sched" / "policies.py"]
+
+
+def _function_text(fn) -> str:
+    """A policy function's source and the numbers it reads from its module."""
+    names = fn.__code__.co_names
+    constants = {name: fn.__globals__[name] for name in names
+                 if isinstance(fn.__globals__.get(name), (bool, int, float))}
+    return inspect.getsource(fn) + repr(sorted(constants.items()))
+
+
+def fingerprint(policy) -> str:
+    """What a policy's daemon is compiled from, as one hash that is the same in every process."""
+    digest = hashlib.sha256(policy.name.encode())
+    for path in _SOURCES:
+        digest.update(path.read_bytes())
+    for fn in policy.functions:
+        digest.update(_function_text(fn).encode())
+    return digest.hexdigest()
+
+
+if SIMULATOR:
+    def daemon_kernel(policy):
+        """The simulator's kernel decorator (it caches and caps nothing)."""
+        return cuda.jit
+else:
+    from numba.cuda.dispatcher import CUDACache
+
+    class _PolicyKeyedCache(CUDACache):
+        """Numba's CUDA cache with the closure-pickle part of the key replaced."""
+
+        def __init__(self, py_func, key: str):
+            super().__init__(py_func)
+            self._stable_key = key
+
+        def _index_key(self, sig, codegen):
+            key = super()._index_key(sig, codegen)
+            return key[:3] + (self._stable_key,) + key[4:]
+
+    def daemon_kernel(policy):
+        """``cuda.jit`` for ``policy``'s daemon: register-capped, cached across processes."""
+        key = fingerprint(policy)
+
+        def decorate(fn):
+            kernel = cuda.jit(max_registers=_REGISTERS)(fn)
+            kernel._cache = _PolicyKeyedCache(kernel.py_func, key)
+            return kernel
+        return decorate

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import threading
+from contextlib import nullcontext
 import time
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_for_futures
@@ -494,9 +495,10 @@ class Communicator:
                     self._launch_running = True
                     self._wake.notify_all()
                 before = self._world_activity()
-                platform.launch(self._daemon, cfg.nblocks, cfg.nthreads, self._stream,
-                                self._launch_args)
-                platform.wait_stream(self._stream)
+                with platform.deferred_frees() if not self.policy.quits else nullcontext():
+                    platform.launch(self._daemon, cfg.nblocks, cfg.nthreads, self._stream,
+                                    self._launch_args)
+                    platform.wait_stream(self._stream)
                 with self._lock:
                     self._launch_running = False
                     self._wake.notify_all()

@@ -9,6 +9,7 @@ communicator is written against this module only.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import sys
 import threading
@@ -303,13 +304,26 @@ def wait_stream(stream) -> None:
         stream.synchronize()
 
 
+_frees_lock = threading.Lock()
+
+
+@contextlib.contextmanager
 def deferred_frees():
     """A context in which Numba queues device frees instead of making them. ``cuMemFree``
     may wait for every kernel on the device, and a kernel that never quits (a daemon under
-    the ``nccl`` policy, stuck in a deadlock) would then stall the thread that freed: the
-    poller completes futures (and may drop the last reference to a buffer) in this context,
-    so that it always gets back to its watchdog."""
-    return cuda.defer_cleanup()
+    the ``nccl`` policy, stuck in a deadlock) would then stall the thread that freed. The
+    poller completes futures in this context (it may drop the last reference to a buffer),
+    and a daemon that never quits runs in it: the garbage collector can free anywhere,
+    including on the poller, which must always get back to its watchdog. Numba's hold is
+    a plain counter shared by all threads, hence the lock."""
+    hold = cuda.defer_cleanup()
+    with _frees_lock:
+        hold.__enter__()
+    try:
+        yield
+    finally:
+        with _frees_lock:
+            hold.__exit__(None, None, None)
 
 
 def synchronize_device() -> None:

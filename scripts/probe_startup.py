@@ -11,8 +11,12 @@ t0 = time.perf_counter()
 import numpy as np                                            # noqa: E402
 
 import pydfccl                                                # noqa: E402
-from pydfccl.kernels.daemon import DAEMON_SIGNATURE, compile_now, make_daemon   # noqa: E402
+from pydfccl.kernels.daemon import compile_now, make_daemon   # noqa: E402
 from pydfccl.sched.policies import get_policy, policy_names   # noqa: E402
+
+
+def first_value(per_signature: dict):
+    return next(iter(per_signature.values()))
 
 
 def lap(what, since):
@@ -33,8 +37,8 @@ def main():
         t = lap(f"daemon {name}", t)
         print(f"    cache hits {sum(stats.cache_hits.values())}, misses "
               f"{sum(stats.cache_misses.values())}; registers "
-              f"{kernel.get_regs_per_thread(DAEMON_SIGNATURE)}, local bytes "
-              f"{kernel.get_local_mem_per_thread(DAEMON_SIGNATURE)} per thread")
+              f"{first_value(kernel.get_regs_per_thread())}, local bytes "
+              f"{first_value(kernel.get_local_mem_per_thread())} per thread")
 
     def first(comm):
         comm.prepare(0, "all_reduce", count=1024)

@@ -458,6 +458,9 @@ def make_daemon(policy):
 
 
 def compile_now(kernel) -> None:
-    """Compile (or load from the disk cache) the daemon's one specialization."""
+    """Compile (or load from the disk cache) the daemon's one specialization and load it
+    into the current context. Loading it once, here, matters: numba-cuda's table of loaded
+    modules is not safe for two rank threads that launch a new kernel at the same moment
+    (``AssertionError: key already in dictionary: <CUlibrary>`` on the H200, 2026-11-29)."""
     if hasattr(kernel, "compile"):    # the simulator's kernels run as Python
-        kernel.compile(DAEMON_SIGNATURE)
+        kernel.compile(DAEMON_SIGNATURE).bind()

@@ -33,6 +33,7 @@ The five functions, with ``params`` first:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Callable, Dict
 
@@ -72,6 +73,9 @@ class Policy:
     sim_params: Dict[str, int] = field(default_factory=dict)
     model_params: Dict[str, int] = field(default_factory=dict)
     preemptive: bool = True
+    # False when ``should_quit`` never says yes: the host then holds device frees while the
+    # daemon runs (``platform.deferred_frees``), since each would wait for it.
+    quits: bool = True
 
     def with_params(self, **overrides) -> "Policy":
         unknown = set(overrides) - set(self.params)
@@ -81,9 +85,7 @@ class Policy:
         params = dict(self.params, **overrides)
         sim = {k: v for k, v in self.sim_params.items() if k not in overrides}
         model = {k: v for k, v in self.model_params.items() if k not in overrides}
-        return Policy(self.name, self.threshold_on_load, self.threshold_after_wait,
-                      self.tries_per_pass, self.order_key, self.should_quit, params, sim,
-                      model, self.preemptive)
+        return dataclasses.replace(self, params=params, sim_params=sim, model_params=model)
 
     def param_array(self, simulator: bool = False, model: bool = False) -> np.ndarray:
         """The parameters in slot order, as the kernel and the model read them."""
@@ -215,7 +217,7 @@ register(Policy("fixed", _fixed_threshold_on_load, _keep_threshold, _once_per_pa
                 dict(THRESHOLD=5_000_000, QUIT_AFTER=50_000_000),
                 dict(THRESHOLD=50, QUIT_AFTER=2_000)))
 register(Policy("nccl", _never_threshold, _keep_threshold, _once_per_pass, _submission_order,
-                _never_quit, dict(UNUSED=0), preemptive=False))
+                _never_quit, dict(UNUSED=0), preemptive=False, quits=False))
 # The launch-per-collective baseline: nccl's behaviour, but the kernel exits as soon as the
 # queue is empty (the host launches it once per collective).
 register(Policy("launch_per_call", _never_threshold, _keep_threshold, _once_per_pass,

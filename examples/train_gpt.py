@@ -24,6 +24,7 @@ IPC between rank processes (and MPS for several ranks on one GPU).
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import math
 import os
 import sys
@@ -134,8 +135,8 @@ class Watchdog:
     """Reports a rank that has not finished a phase within ``seconds`` and exits 3: what
     NCCL jobs do instead of returning (they hang)."""
 
-    def __init__(self, rank, seconds):
-        self.rank, self.seconds = rank, seconds
+    def __init__(self, rank, seconds, report=None):
+        self.rank, self.seconds, self.report = rank, seconds, report
         self.phase, self.since = "start", time.monotonic()
         threading.Thread(target=self._watch, daemon=True).start()
 
@@ -149,6 +150,9 @@ class Watchdog:
             if stuck > self.seconds:
                 print(f"WATCHDOG: rank {self.rank} stuck for {stuck:.0f} s in {self.phase}: "
                       "the collectives deadlocked", file=sys.stderr, flush=True)
+                if self.report:     # what the library can say about where it waits
+                    print(self.report(), file=sys.stderr, flush=True)
+                    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
                 os._exit(3)
 
 
@@ -164,7 +168,7 @@ def rank_main(args) -> int:
               f"batch {args.batch}", file=sys.stderr)
         return 2
     if args.backend == "dfccl":
-        import pydfccl.torch  # noqa: F401  (registers the backend)
+        import pydfccl.torch  # (registers the backend)
         from pydfccl import platform
         simulated = platform.SIMULATOR
     else:
@@ -175,7 +179,8 @@ def rank_main(args) -> int:
                           else "cpu")
     if device.type == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
-    watchdog = Watchdog(rank, args.watchdog)
+    watchdog = Watchdog(rank, args.watchdog,
+                        report=pydfccl.torch.status_report if args.backend == "dfccl" else None)
     torch.manual_seed(args.seed)
     dist.init_process_group(args.backend, rank=rank, world_size=nranks)
 

@@ -26,6 +26,7 @@ from .mpi import current_group, run_in_group
 from .reference import buffer_elems, reference
 from .sched.policies import policy_names
 from .trace import plot_timeline, to_chrome
+from .watchdog import format_status
 
 __all__ = ["DemoOptions", "chaos_orders", "run_demo", "main"]
 
@@ -132,23 +133,6 @@ def _wait(comm, future, opts: DemoOptions) -> None:
                 raise
             if comm.rank == 0:
                 print(format_status(comm.status()), file=sys.stderr, flush=True)
-
-
-def format_status(statuses: list[dict]) -> str:
-    """One line per rank: what it waits for (``Communicator.status()`` made readable)."""
-    lines = []
-    for st in statuses:
-        parts = [f"rank {st['rank']}: {st['outstanding']} outstanding"]
-        if st["host_blocked"]:
-            parts.append("host in a device sync")
-        for blk in st["blocks"]:
-            if blk["coll"] is None:
-                continue
-            waits = ", ".join(f"{what} rank {peer}" for peer, what in blk["waits"])
-            parts.append(f"block {blk['block']}: collective {blk['coll']} loop {blk['loop']} "
-                         f"step {blk['step']}" + (f", waits for {waits}" if waits else ""))
-        lines.append("; ".join(parts))
-    return "\n".join(lines)
 
 
 def _copy_in(dst, src: np.ndarray) -> None:

@@ -12,7 +12,8 @@ import time
 
 import numpy as np
 
-__all__ = ["Watchdog", "wait_for_report", "rank_status", "silent_ranks", "HEARTBEAT_TIMEOUT"]
+__all__ = ["Watchdog", "wait_for_report", "rank_status", "format_status", "silent_ranks",
+           "HEARTBEAT_TIMEOUT"]
 
 WAITS_DATA, WAITS_CREDIT = 1, 2
 
@@ -39,6 +40,23 @@ def rank_status(world, rank: int) -> dict:
                 preemptions=int(blocks["preemptions"].sum()),
                 steps=int(blocks["progress"].sum()),
                 blocks=per_block)
+
+
+def format_status(statuses: list[dict]) -> str:
+    """One line per rank: what it waits for (``Communicator.status()`` made readable)."""
+    lines = []
+    for st in statuses:
+        parts = [f"rank {st['rank']}: {st['outstanding']} outstanding"]
+        if st["host_blocked"]:
+            parts.append("host in a device sync")
+        for blk in st["blocks"]:
+            if blk["coll"] is None:
+                continue
+            waits = ", ".join(f"{what} rank {peer}" for peer, what in blk["waits"])
+            parts.append(f"block {blk['block']}: collective {blk['coll']} loop {blk['loop']} "
+                         f"step {blk['step']}" + (f", waits for {waits}" if waits else ""))
+        lines.append("; ".join(parts))
+    return "\n".join(lines)
 
 
 def wait_for_report(world, describe) -> tuple[str, list | None]:

@@ -62,6 +62,11 @@ for s in $stages; do
                 nvidia-cuda-mps-control -d; sleep 1
                 stage mps_killed 90 $PY -m pytest -q -rfE --tb=short -p no:cacheprovider tests/test_env_bootstrap.py::test_a_killed_rank_is_named_within_the_heartbeat_timeout
                 echo quit | nvidia-cuda-mps-control ;;
+    train2_diag) # the torch example on 2 rank processes under MPS, with a short watchdog: if
+                # it stalls, each rank prints pydfccl's status and every thread's stack
+                nvidia-cuda-mps-control -d; sleep 1
+                stage train2_diag 90 $PY examples/train_gpt.py --nranks 2 --tp 2 --steps 3 --device cuda --watchdog 25 --timeout 80
+                echo quit | nvidia-cuda-mps-control ;;
     sweep4s)    # a shorter sweep: 8 B to 256 MiB by 8x, 10 runs per size
                 stage sweep4s 240 $PY -m pydfccl bench --nranks 4 -b 8 -e 268435456 -f 8 -n 10 -w 2 --baseline both --no-progress --csv "$LOGS/sweep4s.csv" ;;
     replay)     # a model schedule replayed on the engine (exit 0), and under nccl (exit 3)

@@ -14,6 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
 
+import pydfccl.errors as pydfccl_errors  # noqa: E402
 import pydfccl.torch as pt  # noqa: E402
 from pydfccl.torch.spawn import spawn_ranks  # noqa: E402
 from pydfccl.torch.streams import StreamGate  # noqa: E402
@@ -73,13 +74,28 @@ def test_signatures_get_ids_in_first_seen_order(group):
     pt.broadcast(torch.ones(4), src=1, group=group)
     pt.isend(torch.ones(3), 1, group=group).wait()
     pt.isend(torch.ones(5), 1, group=group).wait()
-    pt.irecv(torch.ones(3), 1, group=group).wait()
-    comm = group.comm
+    pt.irecv(torch.ones(3), 1, group=group).get_future().wait()   # on CUDA, runs follow
+    comm = group.comm                                                # the stream: wait here
     base = pt.group.P2P_BASE
     assert [p[:2] for p in comm.prepared] == [
         (0, "all_reduce"), (1, "all_reduce"), (2, "broadcast"),
         (base + (1 << 20), "send"), (base + (1 << 20) + 1, "send"), (base + (2 << 20), "recv")]
     assert comm.runs == [0, 1, 0, 2, base + (1 << 20), base + (1 << 20) + 1, base + (2 << 20)]
+
+
+def test_a_failed_run_sticks_to_the_group(group):
+    def failing_run(coll_id, send, recv=None):
+        f = Future()
+        f.set_exception(pydfccl_errors.PydfcclError("collective 0: field 'count' differs"))
+        return f
+
+    group.comm.run = failing_run
+    work = pt.all_reduce(torch.ones(4), group=group, async_op=True)
+    with pytest.raises(pydfccl_errors.PydfcclError, match="differs"):
+        work.get_future().wait()
+    with pytest.raises(pydfccl_errors.PydfcclError, match="an earlier collective of this "
+                                                         "group failed .*'count' differs"):
+        pt.all_reduce(torch.ones(4), group=group)
 
 
 @pytest.mark.parametrize("call, error, match", [
@@ -224,7 +240,8 @@ def test_mismatched_shapes_fail_with_the_field_and_ranks():
 
 
 def test_example_trains_and_matches_the_reference():
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT),
+                                                      os.environ.get("PYTHONPATH", "")]))
     r = subprocess.run([sys.executable, str(ROOT / "examples" / "train_gpt.py"), "--nranks", "4",
                         "--steps", "2", "--check-steps", "2", "--timeout", "150"],
                        env=env, capture_output=True, text=True, timeout=200)

@@ -78,9 +78,14 @@ def ddp(rank, size):
 
 
 def mismatch(rank, size):
+    """On CPU the failing all_reduce raises; on CUDA it returns at once (stream-ordered) and
+    the failure surfaces at the group's next call, after the stream has been released."""
     t = torch.ones(4 + rank)
     try:
         dist.all_reduce(t)
+        if t.is_cuda:
+            torch.cuda.synchronize()
+        dist.barrier()
     except Exception as exc:
         return {"error": f"{type(exc).__name__}: {exc}"}
     return {"error": None}

@@ -7,7 +7,7 @@ host (``streams.py``); on CPU tensors (the CUDA simulator, no GPU) calls are pla
 synchronous ones with the same API. See docs/torch.md.
 """
 
-from .backend import BACKEND_NAME, C10dStoreGroup, ProcessGroupDfccl, register
+from .backend import BACKEND_NAME, C10dStoreGroup, ProcessGroupDfccl, register, status_report
 from .ddp import allreduce_hook
 from .functional import (all_gather_into_tensor, all_reduce, all_to_all_single, broadcast,
                          get_group, irecv, isend, recv, reduce, reduce_scatter_tensor, send,
@@ -19,7 +19,7 @@ __all__ = [
     "TorchGroup", "Work", "ProcessGroupDfccl", "C10dStoreGroup", "BACKEND_NAME", "register",
     "allreduce_hook", "set_default_group", "get_group", "all_reduce", "all_gather_into_tensor",
     "reduce_scatter_tensor", "broadcast", "reduce", "send", "recv", "isend", "irecv",
-    "all_to_all_single",
+    "all_to_all_single", "status_report",
 ]
 
 register()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import weakref
 from datetime import timedelta
 
 import torch
@@ -19,9 +20,10 @@ import torch.distributed as dist
 
 from .group import TorchGroup, _simulated
 
-__all__ = ["C10dStoreGroup", "ProcessGroupDfccl", "register", "BACKEND_NAME"]
+__all__ = ["C10dStoreGroup", "ProcessGroupDfccl", "register", "status_report", "BACKEND_NAME"]
 
 BACKEND_NAME = "dfccl"
+_live = weakref.WeakSet()     # this process's dfccl process groups, for status_report()
 
 
 class C10dStoreGroup:
@@ -84,6 +86,7 @@ class ProcessGroupDfccl(dist.ProcessGroup):
         comm.start()
         self.dfccl_group = TorchGroup(comm)
         self._rank, self._size = rank, size
+        _live.add(self)
 
     def getBackendName(self) -> str:
         return BACKEND_NAME
@@ -166,6 +169,20 @@ class ProcessGroupDfccl(dist.ProcessGroup):
 
     def __repr__(self):
         return f"ProcessGroupDfccl(rank={self._rank}, size={self._size})"
+
+
+def status_report() -> str:
+    """What every dfccl process group of this process is doing, one line per rank of each
+    (``Communicator.status()`` made readable): for a job that seems stuck, the collective
+    each rank's daemon is on and whom it waits for."""
+    from ..watchdog import format_status
+
+    parts = []
+    for pg in sorted(_live, key=id):
+        comm = pg.comm
+        parts.append(f"dfccl group of {comm.nranks} ranks (this process is its rank "
+                     f"{comm.rank}):\n" + format_status(comm.status()))
+    return "\n".join(parts) or "no dfccl process group in this process"
 
 
 def _create(store, rank, size, timeout):

@@ -16,6 +16,7 @@ import threading
 
 import torch
 
+from ..errors import PydfcclError
 from .convert import as_buffer, check_tensor, dtype_name
 from .work import Work
 
@@ -50,6 +51,7 @@ class TorchGroup:
         self._pair_ordinals = collections.Counter()
         self._lock = threading.Lock()
         self._alive: dict = {}       # tensors (and views) that must live until completion
+        self._failure: BaseException | None = None   # the first failed run, raised from then on
 
     def coll_id(self, kind: str, count: int, dtype: str, op: str = "sum", root: int = 0,
                 peer: int | None = None) -> int:
@@ -84,6 +86,9 @@ class TorchGroup:
             op: str = "sum", root: int = 0, peer: int | None = None, async_op: bool = False):
         """Run one collective; ``recv`` None means in place. Returns a Work if
         ``async_op``, else None once the result is ordered (CUDA) or there (CPU)."""
+        if self._failure is not None:
+            raise PydfcclError(f"pydfccl.torch: an earlier collective of this group failed "
+                               f"({self._failure}); the group cannot be used any more")
         check_tensor(send, f"{kind}'s tensor")
         if recv is not None:
             check_tensor(recv, f"{kind}'s output tensor", device=send.device)
@@ -107,15 +112,20 @@ class TorchGroup:
         key = id(work)
         with self._lock:
             self._alive[key] = (work, send, recv, send_buf, recv_buf)
-        work._future.add_done_callback(lambda _: self._release(key))
+        work._future.add_done_callback(lambda f: self._release(key, f))
         if async_op:
             return work
         work.wait()
         return None
 
-    def _release(self, key) -> None:
+    def _release(self, key, future) -> None:
+        """A run ended. A failure sticks to the group, as an asynchronous error does to an
+        NCCL communicator: on CUDA the call that issued the run has returned already, so
+        the next call is where the error can surface."""
         with self._lock:
             self._alive.pop(key, None)
+            if future.exception() is not None and self._failure is None:
+                self._failure = future.exception()
 
     def synchronize_device(self) -> None:
         """A device-wide synchronize (the simulator's stand-in for

@@ -87,7 +87,7 @@ def chaos_worker(comm, opts: DemoOptions) -> dict:
     for it in range(opts.iters):
         orders = ([list(range(K))] * n if opts.in_order else chaos_orders(K, n, rng))
         for k in range(K):
-            _copy_in(sends[k], _input(comm.rank, k, it, sizes[k][0], opts.dtype))
+            platform.copy_in(sends[k], _input(comm.rank, k, it, sizes[k][0], opts.dtype))
         if opts.align:
             comm.barrier()      # every rank starts submitting at once: no arrival skew
         futures, submitted = [], time.perf_counter()
@@ -133,10 +133,6 @@ def _wait(comm, future, opts: DemoOptions) -> None:
                 raise
             if comm.rank == 0:
                 print(format_status(comm.status()), file=sys.stderr, flush=True)
-
-
-def _copy_in(dst, src: np.ndarray) -> None:
-    platform.copy_in(dst, src)
 
 
 def run_demo(opts: DemoOptions, backend: str | None = None, watchdog_timeout=None,

@@ -67,8 +67,9 @@ class DeviceBuffer:
             self._host = host_view if host_view is not None else np.zeros(nbytes, np.uint8)
             self.addr = int(self._host.ctypes.data)
         else:
-            self._dev = cuda.to_device(np.zeros(nbytes, np.uint8))
+            self._dev = cuda.device_array(nbytes, np.uint8)
             self.addr = address_of(self._dev)
+            self.write(0, np.zeros(nbytes, np.uint8))
 
     def write(self, offset: int, data: np.ndarray) -> None:
         """Copy ``data`` in and wait for it. The copy goes on a stream of its own: one on the
@@ -83,9 +84,16 @@ class DeviceBuffer:
             stream.synchronize()
 
     def read(self, offset: int, nbytes: int) -> np.ndarray:
+        """Copy bytes out, on the same stream of its own as ``write``: the poller reads the
+        trace rings with this, and a copy on the legacy default stream stalled it behind a
+        torch stream that waited for a collective only the poller could complete
+        (``gpu_check.sh train2_diag``, 2026-11-29)."""
         if SIMULATOR:
             return self._host[offset:offset + nbytes].copy()
-        return self._dev[offset:offset + nbytes].copy_to_host()
+        stream = _copy_stream()
+        out = self._dev[offset:offset + nbytes].copy_to_host(stream=stream)
+        stream.synchronize()
+        return out
 
 
 class HostBuffer:
@@ -243,7 +251,13 @@ def copy_in(dst, values: np.ndarray) -> None:
     if isinstance(dst, np.ndarray):
         dst[...] = values
     else:
-        dst.copy_to_device(values)
+        # Waited for on a stream of pydfccl's own: a copy from pageable memory on the
+        # default stream returns before its DMA has landed, and the daemon (on another
+        # stream) could read the buffer, or write its result, first. That race cost one
+        # wrong soak result in 15,000 on the H200 (``gpu_check.sh soak``, 2026-11-29).
+        stream = _copy_stream()
+        dst.copy_to_device(values, stream=stream)
+        stream.synchronize()
 
 
 def new_stream():

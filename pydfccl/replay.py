@@ -64,13 +64,6 @@ def load_schedule(source: Union[str, dict, Schedule]) -> Schedule:
     return Schedule.from_json(text)
 
 
-def _copy_in(dst, src: np.ndarray) -> None:
-    if isinstance(dst, np.ndarray):
-        dst[...] = src
-    else:
-        dst.copy_to_device(src)
-
-
 def replay_worker(comm, schedule_dict: dict, dtype: str = "float32",
                   result_timeout: float = 600.0) -> dict:
     """One rank's part of a schedule: prepare every collective, run the rank's events in
@@ -86,7 +79,7 @@ def replay_worker(comm, schedule_dict: dict, dtype: str = "float32",
     for c in colls:
         count = schedule.collectives[c].count
         sends[c] = comm.empty(count, dtype)
-        _copy_in(sends[c], input_values(comm.rank, c, count, dtype))
+        platform.copy_in(sends[c], input_values(comm.rank, c, count, dtype))
         recvs[c] = comm.empty(count, dtype)
 
     futures, started = {}, time.perf_counter()

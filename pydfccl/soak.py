@@ -25,7 +25,6 @@ import numpy as np
 
 from . import platform
 from .codes import COLLECTIVE_KINDS, DTYPES, OPS, OUT_OF_PLACE_ONLY
-from .demo import _copy_in
 from .errors import RankFailedError
 from .launch import default_backend, launch
 from .reference import buffer_elems, reference
@@ -169,11 +168,11 @@ def soak_worker(comm, schedule: Schedule, result_timeout: float) -> dict:
         runs_so_far[c] += 1
         send_elems, recv_elems = buffer_elems(spec.kind, spec.count, n)
         send = comm.empty(send_elems, spec.dtype)
-        _copy_in(send, soak_input(rank, c, run, send_elems, spec.dtype, spec.op, n))
+        platform.copy_in(send, soak_input(rank, c, run, send_elems, spec.dtype, spec.op, n))
         recv = None
         if not spec.in_place:
             recv = comm.empty(recv_elems, spec.dtype)
-            _copy_in(recv, np.full(recv_elems, POISON, spec.dtype))
+            platform.copy_in(recv, np.full(recv_elems, POISON, spec.dtype))
         future = comm.run(c, send, recv, priority=schedule.run_priorities[rank][pos])
         submitted.append((c, run, future, send, recv))
         if pos in schedule.syncs[rank]:

@@ -67,6 +67,12 @@ for s in $stages; do
                 nvidia-cuda-mps-control -d; sleep 1
                 stage train2_diag 90 $PY examples/train_gpt.py --nranks 2 --tp 2 --steps 3 --device cuda --watchdog 25 --timeout 80
                 echo quit | nvidia-cuda-mps-control ;;
+    torch_quick) # tests/test_torch.py and the example at 2 ranks under MPS (scripts/gpu_torch.sh
+                # runs more, with longer limits)
+                nvidia-cuda-mps-control -d; sleep 1
+                stage torch_tests 170 $PY -m pytest -q -rfE --tb=short -p no:cacheprovider tests/test_torch.py
+                stage train2 80 $PY examples/train_gpt.py --nranks 2 --tp 2 --steps 10 --device cuda --watchdog 25 --timeout 70
+                echo quit | nvidia-cuda-mps-control ;;
     sweep4s)    # a shorter sweep: 8 B to 256 MiB by 8x, 10 runs per size
                 stage sweep4s 240 $PY -m pydfccl bench --nranks 4 -b 8 -e 268435456 -f 8 -n 10 -w 2 --baseline both --no-progress --csv "$LOGS/sweep4s.csv" ;;
     replay)     # a model schedule replayed on the engine (exit 0), and under nccl (exit 3)

@@ -88,11 +88,16 @@ def find_mpiexec() -> str | None:
 def _launchers() -> list[tuple]:
     mpiexec = find_mpiexec()
     torch_v = _version("torch")
+    loading = os.environ.get("CUDA_MODULE_LOADING", "LAZY (CUDA's default)")
     return [(OK if mpiexec else NOTE, "mpiexec", mpiexec or "not found (Communicator.from_env "
              "and pydfccl.launch need none)"),
             (OK if _version("mpi4py") else NOTE, "mpi4py", _version("mpi4py") or "missing"),
             (OK if torch_v else NOTE, "torch", torch_v or "missing (pip install "
-             "pydfccl[torch] for pydfccl.torch)")]
+             "pydfccl[torch] for pydfccl.torch)"),
+            (OK if loading == "EAGER" else NOTE, "kernel loading",
+             f"CUDA_MODULE_LOADING={loading}" + ("" if loading == "EAGER" else
+             ": importing pydfccl.torch first sets EAGER (a lazy load may wait for the "
+             "daemon)"))]
 
 
 def _cache() -> list[tuple]:

@@ -13,6 +13,7 @@ flat. ``python -m pydfccl soak`` exits 0 only when nothing was wrong or lost.
 from __future__ import annotations
 
 import argparse
+import collections
 import gc
 import itertools
 import resource
@@ -252,6 +253,8 @@ class ResourceSample:
     rss: int                    # resident bytes
     objects: int                # objects Python's garbage collector tracks
     device_used: int | None     # the GPU's memory in use (None under the simulator)
+    types: collections.Counter = field(default_factory=collections.Counter, compare=False,
+                                       repr=False)   # tracked objects by type name
 
 
 def resource_sample(when: str) -> ResourceSample:
@@ -262,8 +265,17 @@ def resource_sample(when: str) -> ResourceSample:
             rss = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
     except (OSError, StopIteration):
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return ResourceSample(when, threading.active_count(), rss * 1024, len(gc.get_objects()),
-                          platform.device_memory_used())
+    objects = gc.get_objects()
+    types = collections.Counter(type(o).__qualname__ for o in objects)
+    return ResourceSample(when, threading.active_count(), rss * 1024, len(objects),
+                          platform.device_memory_used(), types)
+
+
+def grown_types(first: ResourceSample, last: ResourceSample, top: int = 6) -> str:
+    """The object types whose count grew most between two samples: where a leak lives."""
+    growth = [(name, n) for name, n in (last.types - first.types).most_common(top + 2)
+              if name not in ("ResourceSample", "Counter")][:top]   # the samples themselves
+    return ", ".join(f"{name} +{n}" for name, n in growth) or "none"
 
 
 def resource_table(samples: list) -> str:
@@ -326,6 +338,9 @@ def summarize(report: SoakReport, opts: SoakOptions, where: str) -> str:
     resources = "resources of this process:\n" + resource_table(report.resources)
     if children:
         resources += f"\n  (largest child process, a rank process: {children / (1 << 20):.1f} MiB)"
+    if len(report.resources) > 2:   # from the first schedule's end (imports done) to the end
+        resources += ("\n  object types grown since the first schedule: "
+                      + grown_types(report.resources[1], report.resources[-1]))
     return "\n".join([
         f"soak on the {where}: {report.schedules} schedule{'s' * (report.schedules != 1)} "
         f"(seed {opts.seed}, policy {opts.policy}) in {report.seconds:.1f} s",

@@ -7,6 +7,17 @@ host (``streams.py``); on CPU tensors (the CUDA simulator, no GPU) calls are pla
 synchronous ones with the same API. See docs/torch.md.
 """
 
+import os as _os
+
+# CUDA loads a kernel's code at its first launch (lazy loading, the default since CUDA
+# 12.2), and such a load may wait for the whole device. In a torch process the device
+# holds a daemon and, on torch's stream, a wait for a collective that only the daemon can
+# finish: the first launch of a torch kernel (a layer_norm) then stalled both ranks, the
+# daemon's relaunch and the poller's copies behind it (``gpu_check.sh train2_diag``,
+# 2026-11-29, every thread's stack in docs/torch.md). Loading every kernel when the context
+# is made avoids it; it must be set before torch or Numba initializes CUDA.
+_os.environ.setdefault("CUDA_MODULE_LOADING", "EAGER")
+
 from .backend import BACKEND_NAME, C10dStoreGroup, ProcessGroupDfccl, register, status_report
 from .ddp import allreduce_hook
 from .functional import (all_gather_into_tensor, all_reduce, all_to_all_single, broadcast,
@@ -14,6 +25,7 @@ from .functional import (all_gather_into_tensor, all_reduce, all_to_all_single, 
                          set_default_group)
 from .group import TorchGroup
 from .work import Work
+from .streams import _warn_if_lazy_loading
 
 __all__ = [
     "TorchGroup", "Work", "ProcessGroupDfccl", "C10dStoreGroup", "BACKEND_NAME", "register",
@@ -23,3 +35,4 @@ __all__ = [
 ]
 
 register()
+_warn_if_lazy_loading()

@@ -9,7 +9,8 @@ result waits with ``cuStreamWaitValue64(done >= j + 1)``, which the GPU's front 
 evaluates without occupying an SM, so it cannot keep the daemon from running.
 
 All CUDA driver calls are in ``DriverStreamOps``; tests pass a stand-in with the same
-three methods. NOT YET RUN ON A GPU (see docs/torch.md).
+three methods. On the H200 the gate's driver calls ran under the stand-in-communicator tests
+(2026-11-29); ranks as processes stalled on lazy kernel loading (docs/torch.md).
 """
 
 from __future__ import annotations
@@ -22,6 +23,20 @@ from concurrent.futures import Future
 import numpy as np
 
 __all__ = ["DriverStreamOps", "StreamGate", "Ticket"]
+
+
+def _warn_if_lazy_loading() -> None:
+    """Say so when CUDA was initialized before pydfccl.torch could ask for eager loading."""
+    import os
+    import warnings
+
+    import torch
+
+    if torch.cuda.is_initialized() and os.environ.get("CUDA_MODULE_LOADING") != "EAGER":
+        warnings.warn("pydfccl.torch: CUDA was initialized before pydfccl.torch was imported, "
+                      "with lazy kernel loading: a torch kernel's first launch may then wait "
+                      "for a collective that waits for it. Import pydfccl.torch first, or "
+                      "set CUDA_MODULE_LOADING=EAGER.", RuntimeWarning, stacklevel=3)
 
 
 class DriverStreamOps:

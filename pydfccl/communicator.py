@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import collections
 import threading
-from contextlib import nullcontext
 import time
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_for_futures
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import numpy as np

@@ -27,9 +27,10 @@ from .kernels.memory import SIMULATOR
 cuda.config.CUDA_LOW_OCCUPANCY_WARNINGS = 0
 
 __all__ = ["SIMULATOR", "WAIT_SPIN_SECONDS", "gpu_available", "DeviceBuffer", "HostBuffer",
-           "PeerBuffer", "ipc_handle", "use_device", "bind_thread", "mps_active", "device_attribute", "device_memory_used", "driver_result",
-           "address_of", "empty", "new_stream", "destroy_stream", "launch", "wait_stream",
-           "synchronize_device", "deferred_frees", "to_numpy", "copy_in", "precise_sleeps"]
+           "PeerBuffer", "ipc_handle", "use_device", "bind_thread", "mps_active",
+           "device_attribute", "device_memory_used", "driver_result", "address_of", "empty",
+           "new_stream", "destroy_stream", "launch", "wait_stream", "synchronize_device",
+           "deferred_frees", "to_numpy", "copy_in", "precise_sleeps"]
 
 
 # How long a thread in ``Future.result()`` watches for its completion itself (spinning

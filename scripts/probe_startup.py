@@ -8,7 +8,6 @@ should show only cache hits. Run: python3 scripts/probe_startup.py
 import time
 
 t0 = time.perf_counter()
-import numpy as np                                            # noqa: E402
 
 import pydfccl                                                # noqa: E402
 from pydfccl.kernels.daemon import compile_now, make_daemon   # noqa: E402

@@ -10,7 +10,10 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from pydfccl.sched.policies import policy_names
+from pydfccl.world import WorldConfig
 
 SCRIPT = """
 import json
@@ -57,3 +60,40 @@ def test_every_daemon_compiles_to_ptx_with_ordered_waits_and_16_byte_moves():
         assert r["vector_loads"] >= 2 * 8 and r["vector_stores"] >= 2 * 8, (name, r)
         assert not r["non_coherent"], (name, r)
         assert not r["local_memory"], (name, r)
+
+
+KEY_SCRIPT = """
+import json
+from pydfccl.kernels.compiler import fingerprint
+from pydfccl.kernels.daemon import make_daemon
+from pydfccl.sched.policies import get_policy
+kernel = make_daemon(get_policy("dfccl"))
+print(json.dumps(dict(
+    dfccl=fingerprint(get_policy("dfccl")),
+    nccl=fingerprint(get_policy("nccl")),
+    tuned=fingerprint(get_policy("dfccl").with_params(BASE=1)),
+    cache_key=kernel._cache._stable_key,
+    registers=kernel.targetoptions["max_registers"])))
+"""
+
+
+def test_the_daemons_disk_cache_key_is_the_same_in_every_process():
+    """Numba keyed the daemon (a closure) by pickled dispatchers, whose uuids change in every
+    process, so its disk cache never hit; pydfccl's key is the source, alike everywhere."""
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    keys = []
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, "-c", KEY_SCRIPT], env=env, capture_output=True,
+                              text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        keys.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    assert keys[0] == keys[1]
+    key = keys[0]
+    assert key["cache_key"] == key["dfccl"] != key["nccl"]
+    assert key["tuned"] == key["dfccl"]          # parameters are data: no new kernel
+    assert key["registers"] * 512 <= 65536       # every policy launches 512 threads
+
+
+def test_more_threads_than_the_register_cap_allows_are_refused():
+    with pytest.raises(ValueError, match="nthreads must be in 1..512"):
+        WorldConfig(nranks=2, nthreads=1024)

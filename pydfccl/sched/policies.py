@@ -33,8 +33,7 @@ The five functions, with ``params`` first:
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Dict
 
 import numpy as np
@@ -85,7 +84,7 @@ class Policy:
         params = dict(self.params, **overrides)
         sim = {k: v for k, v in self.sim_params.items() if k not in overrides}
         model = {k: v for k, v in self.model_params.items() if k not in overrides}
-        return dataclasses.replace(self, params=params, sim_params=sim, model_params=model)
+        return replace(self, params=params, sim_params=sim, model_params=model)
 
     def param_array(self, simulator: bool = False, model: bool = False) -> np.ndarray:
         """The parameters in slot order, as the kernel and the model read them."""

@@ -14,8 +14,8 @@ import os as _os
 # holds a daemon and, on torch's stream, a wait for a collective that only the daemon can
 # finish: the first launch of a torch kernel (a layer_norm) then stalled both ranks, the
 # daemon's relaunch and the poller's copies behind it (``gpu_check.sh train2_diag``,
-# 2026-11-29, every thread's stack in docs/torch.md). Loading every kernel when the context
-# is made avoids it; it must be set before torch or Numba initializes CUDA.
+# 2026-11-29, docs/gpu.md). Loading every kernel when the context is made should avoid it
+# (not yet run on the GPU); it must be set before torch or Numba initializes CUDA.
 _os.environ.setdefault("CUDA_MODULE_LOADING", "EAGER")
 
 from .backend import BACKEND_NAME, C10dStoreGroup, ProcessGroupDfccl, register, status_report
@@ -25,7 +25,6 @@ from .functional import (all_gather_into_tensor, all_reduce, all_to_all_single, 
                          set_default_group)
 from .group import TorchGroup
 from .work import Work
-from .streams import _warn_if_lazy_loading
 
 __all__ = [
     "TorchGroup", "Work", "ProcessGroupDfccl", "C10dStoreGroup", "BACKEND_NAME", "register",
@@ -33,6 +32,20 @@ __all__ = [
     "reduce_scatter_tensor", "broadcast", "reduce", "send", "recv", "isend", "irecv",
     "all_to_all_single", "status_report",
 ]
+
+
+def _warn_if_lazy_loading() -> None:
+    """Say so when CUDA started before this module could ask for eager loading."""
+    import warnings
+
+    import torch
+
+    if torch.cuda.is_initialized() and _os.environ.get("CUDA_MODULE_LOADING") != "EAGER":
+        warnings.warn("pydfccl.torch: CUDA was initialized before pydfccl.torch was imported, "
+                      "with lazy kernel loading: a torch kernel's first launch may then wait "
+                      "for a collective that waits for it. Import pydfccl.torch first, or "
+                      "set CUDA_MODULE_LOADING=EAGER.", RuntimeWarning, stacklevel=3)
+
 
 register()
 _warn_if_lazy_loading()

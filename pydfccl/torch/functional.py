@@ -5,7 +5,6 @@ it is a dfccl one). ``src``/``dst`` are ranks of that group."""
 
 from __future__ import annotations
 
-import torch
 import torch.distributed as dist
 
 from .convert import check_tensor, op_name

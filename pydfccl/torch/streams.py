@@ -25,20 +25,6 @@ import numpy as np
 __all__ = ["DriverStreamOps", "StreamGate", "Ticket"]
 
 
-def _warn_if_lazy_loading() -> None:
-    """Say so when CUDA was initialized before pydfccl.torch could ask for eager loading."""
-    import os
-    import warnings
-
-    import torch
-
-    if torch.cuda.is_initialized() and os.environ.get("CUDA_MODULE_LOADING") != "EAGER":
-        warnings.warn("pydfccl.torch: CUDA was initialized before pydfccl.torch was imported, "
-                      "with lazy kernel loading: a torch kernel's first launch may then wait "
-                      "for a collective that waits for it. Import pydfccl.torch first, or "
-                      "set CUDA_MODULE_LOADING=EAGER.", RuntimeWarning, stacklevel=3)
-
-
 class DriverStreamOps:
     """The three driver operations the gate needs, through cuda-python."""
 

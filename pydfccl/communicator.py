@@ -596,9 +596,7 @@ class Communicator:
 
     def _fail_everywhere(self, error: Exception) -> None:
         """Abort every rank with ``error``'s text as the report (the first report stays)."""
-        if not self.world.ctl["abort"].any():
-            self.world.set_report(f"rank {self.rank}: {error}")
-            self.world.abort_all()
+        self.world.abort_with(f"rank {self.rank}: {error}")
         self._set_error(error)
 
     def _help_until_done(self, future, timeout) -> None:

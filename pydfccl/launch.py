@@ -121,9 +121,7 @@ def _launch_threads(worker, nranks, options, timeout, args, config):
         except BaseException as exc:
             failures[rank] = (exc, f"{type(exc).__name__}: {exc}")
             exchange.barrier.abort()
-            if not world.ctl["abort"].any():
-                world.set_report(f"rank {rank} failed: {failures[rank][1]}")
-            world.abort_all()
+            world.abort_with(f"rank {rank} failed: {failures[rank][1]}")
 
     threads = [threading.Thread(target=body, args=(r,), name=f"pydfccl-rank{r}", daemon=True)
                for r in range(nranks)]

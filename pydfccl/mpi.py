@@ -156,9 +156,9 @@ def run_in_group(worker, group, *, args=(), policy="dfccl", watchdog_timeout=Non
         with comm:
             outcome = ("result", worker(comm, *args))
     except Exception as exc:
-        if comm is not None and not comm.world.ctl["abort"].any():
-            comm.world.set_report(f"rank {group.rank} failed: {type(exc).__name__}: {exc}")
-            comm.world.abort_all()
+        if comm is not None:
+            comm.world.abort_with(f"rank {group.rank} failed: {type(exc).__name__}: "
+                                  f"{exc}")
         outcome = ("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
     gathered = group.allgather(outcome)
     if group.rank != 0:

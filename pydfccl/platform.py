@@ -60,7 +60,8 @@ def address_of(array) -> int:
 
 class DeviceBuffer:
     """Zeroed device memory of ``nbytes`` (under the simulator: host memory, or a view of
-    memory the caller provides and has zeroed, such as a shared-memory segment), with ``addr`` for the daemon and ``write(offset, bytes)`` for the host."""
+    memory the caller provides and has zeroed, such as a shared-memory segment), with
+    ``addr`` for the daemon and ``write``/``read`` for the host."""
 
     def __init__(self, nbytes: int, host_view: np.ndarray | None = None):
         self.nbytes = nbytes
@@ -281,7 +282,9 @@ _copy_streams_lock = threading.Lock()
 
 
 def _copy_stream():
-    """This process's stream for host-to-device copies into pools (one per device)."""
+    """This process's stream (one per device) for the copies pydfccl makes itself: pool
+    writes and reads, and ``copy_in``. Never the legacy default stream, whose queued work
+    may be waiting for a collective."""
     device = cuda.get_current_device().id
     with _copy_streams_lock:
         if device not in _copy_streams:

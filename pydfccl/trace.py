@@ -159,7 +159,8 @@ def plot_timeline(events: list[dict], path: str, title: str = "pydfccl daemons",
         ax.broken_barh([(s["ts"] / 1e3, s["dur"] / 1e3)], (y - 0.4, 0.8),
                        color=cmap(colls.index(s["name"]) % 20))
         if s["args"]["ended"] == "preempted":
-            ax.plot([(s["ts"] + s["dur"]) / 1e3] * 2, [y - 0.4, y + 0.4], color="red", lw=0.4, alpha=0.7)
+            ax.plot([(s["ts"] + s["dur"]) / 1e3] * 2, [y - 0.4, y + 0.4], color="red",
+                    lw=0.4, alpha=0.7)
     ax.set_yticks(range(len(tracks)), [f"rank {r} block {b}" for r, b in tracks])
     ax.set_xlabel("time (ms)")
     ax.set_title(title + " (bars: a collective running; red: preempted)")

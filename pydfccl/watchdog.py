@@ -113,13 +113,6 @@ class Watchdog:
         self._since = time.monotonic()
         self._next_look = 0.0
 
-    def _abort(self, report: str) -> str:
-        """Leave ``report`` for every rank (unless another was first) and abort them all."""
-        if not self.world.ctl["abort"].any():
-            self.world.set_report(report)
-        self.world.abort_all()
-        return self.world.get_report() or report
-
     def _progress_signature(self) -> bytes:
         blocks = self.world.ctl["blocks"][:, : self.world.config.nblocks]
         return np.concatenate([blocks["progress"].ravel(), blocks["completed"].ravel()]).tobytes()
@@ -134,8 +127,8 @@ class Watchdog:
         silent = silent_ranks(self.world)
         if silent:      # a peer's host is gone: waiting for the stall timeout helps no one
             names = ", ".join(f"rank {r} (no heartbeat for {s:.1f} s)" for r, s in silent.items())
-            return self._abort(f"rank failure: {names}: its process died or hangs "
-                               f"(seen by rank {self.rank})")
+            return self.world.abort_with(f"rank failure: {names}: its process died or "
+                                         f"hangs (seen by rank {self.rank})")
         signature = self._progress_signature()
         if signature != self._signature:
             self._signature, self._since = signature, now
@@ -143,5 +136,5 @@ class Watchdog:
         if now - self._since < self.timeout:
             return None
         text, _ = wait_for_report(self.world, self.describe)
-        return self._abort(f"deadlock: no progress on any rank for {self.timeout:.1f} s "
-                           f"(seen by rank {self.rank})\n{text}")
+        return self.world.abort_with(f"deadlock: no progress on any rank for "
+                                     f"{self.timeout:.1f} s (seen by rank {self.rank})\n{text}")

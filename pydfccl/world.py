@@ -147,6 +147,14 @@ class World:
         raw = bytes(self.report)
         return raw.split(b"\0", 1)[0].decode(errors="replace")
 
+    def abort_with(self, report: str) -> str:
+        """Abort every rank, leaving ``report`` for them to raise unless an earlier abort left
+        its own (the first report stays); returns the report in force."""
+        if not self.ctl["abort"].any():
+            self.set_report(report)
+        self.abort_all()
+        return self.get_report() or report
+
     def abort_all(self) -> None:
         for r in range(self.nranks):
             self.ctl["abort"][r] = 1

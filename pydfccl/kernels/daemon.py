@@ -13,8 +13,8 @@ without progress (idle, or stuck) the block exits (voluntary quit); the host rel
 
 ``make_daemon(policy)`` compiles the policy's five functions into a daemon (one signature:
 eight int64 scalars; cached on disk under a key of its sources, see ``compiler``); one
-kernel per policy, everything else (sizes, counts, parameters) is data. ``compile_now`` compiles before the first launch, so that compilation
-time is not taken for a stall.
+kernel per policy, everything else (sizes, counts, parameters) is data. ``compile_now``
+compiles before the first launch, so that compilation time is not taken for a stall.
 """
 
 import numpy as np

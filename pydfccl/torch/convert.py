@@ -10,12 +10,12 @@ import torch
 import torch.distributed as dist
 
 from .. import platform
+from ..codes import OPS
 
 __all__ = ["op_name", "dtype_name", "check_tensor", "as_buffer"]
 
 _OPS = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.PRODUCT: "prod", dist.ReduceOp.MAX: "max",
         dist.ReduceOp.MIN: "min", dist.ReduceOp.AVG: "avg"}
-_OP_NAMES = {"sum", "prod", "max", "min", "avg"}
 
 _DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32",
            torch.float64: "float64", torch.int32: "int32", torch.int64: "int64",
@@ -27,7 +27,7 @@ _TYPESTR = {"float16": "<f2", "bfloat16": "<u2", "float32": "<f4", "float64": "<
 
 def op_name(op) -> str:
     """pydfccl's name of a ``torch.distributed.ReduceOp`` (or of a name already)."""
-    if isinstance(op, str) and op in _OP_NAMES:
+    if isinstance(op, str) and op in OPS:
         return op
     for torch_op, name in _OPS.items():
         try:

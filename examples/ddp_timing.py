@@ -36,6 +36,9 @@ def parse(argv=None):
     p.add_argument("--bucket-mb", type=float, default=25.0, help="DDP's bucket_cap_mb")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--timeout", type=float, default=None, help="bound on the spawned job")
+    p.add_argument("--stall", type=float, default=60.0,
+                   help="seconds in one phase after which a rank reports where it waits and "
+                        "exits 3")
     return p.parse_args(argv)
 
 
@@ -47,11 +50,12 @@ def make_model(torch, layers, width, device):
     return torch.nn.Sequential(*mods).to(device)
 
 
-def train(torch, model, step_fn, batches, warmup, sync):
+def train(torch, model, step_fn, batches, warmup, sync, stall, mode):
     """Run every batch through ``step_fn``; the times of those after ``warmup``."""
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     times = []
     for i, (x, y) in enumerate(batches):
+        stall.enter(f"{mode} step {i}")
         sync()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
@@ -73,6 +77,7 @@ def rank_main(args) -> int:
 
     import pydfccl.torch as pt
     from pydfccl import platform
+    from pydfccl.torch.stall import StallReporter
 
     rank, nranks = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     cuda = args.device == "cuda" or (args.device == "auto" and not platform.SIMULATOR
@@ -81,6 +86,7 @@ def rank_main(args) -> int:
     if cuda:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
     sync = torch.cuda.synchronize if cuda else (lambda: None)
+    stall = StallReporter(rank, args.stall, report=pt.status_report)
     dist.init_process_group("dfccl", rank=rank, world_size=nranks)
 
     g = torch.Generator().manual_seed(1000 + rank)
@@ -88,10 +94,12 @@ def rank_main(args) -> int:
                 torch.randn(args.batch, args.width, generator=g).to(device))
                for _ in range(args.warmup + args.steps)]
 
+    stall.enter("DDP's construction (it broadcasts the weights)")
     hooked = DDP(make_model(torch, args.layers, args.width, device),
                  bucket_cap_mb=args.bucket_mb)
     hooked.register_comm_hook(None, pt.allreduce_hook)
-    hook_times = train(torch, hooked, lambda m: None, batches, args.warmup, sync)
+    hook_times = train(torch, hooked, lambda m: None, batches, args.warmup, sync, stall,
+                       "hook")
 
     def average_by_hand(model):
         grads = [p.grad for p in model.parameters()]
@@ -103,8 +111,10 @@ def rank_main(args) -> int:
             offset += gr.numel()
 
     manual = make_model(torch, args.layers, args.width, device)
-    manual_times = train(torch, manual, average_by_hand, batches, args.warmup, sync)
+    manual_times = train(torch, manual, average_by_hand, batches, args.warmup, sync,
+                         stall, "manual")
 
+    stall.enter("the final checks")
     diff = max((p - q).abs().max().item()
                for p, q in zip(hooked.module.parameters(), manual.parameters()))
     spread = max(rank_spread(torch, dist, pt, hooked.module), rank_spread(torch, dist, pt, manual))

@@ -24,12 +24,9 @@ IPC between rank processes (and MPS for several ranks on one GPU).
 from __future__ import annotations
 
 import argparse
-import faulthandler
 import math
 import os
 import sys
-import threading
-import time
 
 VOCAB, SEQ, DIM, HIDDEN, HEADS = 16, 8, 16, 32, 2
 
@@ -129,38 +126,13 @@ def tp_functions(torch, dist_ops, tp_group):
     return Ops
 
 
-# -- the watchdog -------------------------------------------------------------------------
-
-class Watchdog:
-    """Reports a rank that has not finished a phase within ``seconds`` and exits 3: what
-    NCCL jobs do instead of returning (they hang)."""
-
-    def __init__(self, rank, seconds, report=None):
-        self.rank, self.seconds, self.report = rank, seconds, report
-        self.phase, self.since = "start", time.monotonic()
-        threading.Thread(target=self._watch, daemon=True).start()
-
-    def enter(self, phase):
-        self.phase, self.since = phase, time.monotonic()
-
-    def _watch(self):
-        while True:
-            time.sleep(0.5)
-            stuck = time.monotonic() - self.since
-            if stuck > self.seconds:
-                print(f"WATCHDOG: rank {self.rank} stuck for {stuck:.0f} s in {self.phase}: "
-                      "the collectives deadlocked", file=sys.stderr, flush=True)
-                if self.report:     # what the library can say about where it waits
-                    print(self.report(), file=sys.stderr, flush=True)
-                    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
-                os._exit(3)
-
-
 # -- one rank -----------------------------------------------------------------------------
 
 def rank_main(args) -> int:
     import torch
     import torch.distributed as dist
+
+    from pydfccl.torch.stall import StallReporter
 
     rank, nranks = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     if nranks % args.tp or args.batch % (nranks // args.tp):
@@ -179,8 +151,11 @@ def rank_main(args) -> int:
                           else "cpu")
     if device.type == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
-    watchdog = Watchdog(rank, args.watchdog,
-                        report=pydfccl.torch.status_report if args.backend == "dfccl" else None)
+    # NCCL jobs hang; this one reports a stuck phase (with pydfccl, what each rank waits
+    # for, and every thread's stack) and exits 3.
+    watchdog = StallReporter(rank, args.watchdog,
+                             report=pydfccl.torch.status_report if args.backend == "dfccl"
+                             else None)
     torch.manual_seed(args.seed)
     dist.init_process_group(args.backend, rank=rank, world_size=nranks)
 

@@ -73,6 +73,16 @@ for s in $stages; do
                 stage torch_tests 170 $PY -m pytest -q -rfE --tb=short -p no:cacheprovider tests/test_torch.py
                 stage train2 80 $PY examples/train_gpt.py --nranks 2 --tp 2 --steps 10 --device cuda --watchdog 25 --timeout 70
                 echo quit | nvidia-cuda-mps-control ;;
+    torch_diag) # the torch tests with rank processes, each rank reporting its status and stacks
+                # after 40 s in one case; the DDP timing example likewise after 30 s
+                nvidia-cuda-mps-control -d; sleep 1
+                stage torch_diag 150 env PYDFCCL_TEST_STALL=40 $PY -m pytest -q -rfE --tb=short -p no:cacheprovider tests/test_torch.py -k "three_ranks or ddp_hook"
+                stage ddp_timing_diag 80 $PY examples/ddp_timing.py --nranks 2 --steps 20 --device cuda --stall 30 --timeout 70
+                echo quit | nvidia-cuda-mps-control ;;
+    bench_mps)  # the latency benchmark with ranks as processes under MPS (no GIL shared by ranks)
+                nvidia-cuda-mps-control -d; sleep 1
+                stage bench_mps 90 env PYDFCCL_BACKEND=processes $PY -m pydfccl bench latency -n 2 --iters 5000 --driver threads
+                echo quit | nvidia-cuda-mps-control ;;
     sweep4s)    # a shorter sweep: 8 B to 256 MiB by 8x, 10 runs per size
                 stage sweep4s 240 $PY -m pydfccl bench --nranks 4 -b 8 -e 268435456 -f 8 -n 10 -w 2 --baseline both --no-progress --csv "$LOGS/sweep4s.csv" ;;
     replay)     # a model schedule replayed on the engine (exit 0), and under nccl (exit 3)

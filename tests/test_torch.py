@@ -207,7 +207,7 @@ def run_ranks(case, nranks, timeout=120):
     out = []
     for rank, r in enumerate(results):
         lines = [l for l in r.stdout.splitlines() if l.startswith("RESULT ")]
-        assert r.returncode == 0 and lines, f"rank {rank} ({r.returncode}):\n{r.stderr[-3000:]}"
+        assert r.returncode == 0 and lines, f"rank {rank} ({r.returncode}):\n{r.stderr[-12000:]}"
         out.append(json.loads(lines[-1][len("RESULT "):]))
     return out
 

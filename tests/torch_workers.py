@@ -9,6 +9,7 @@ import torch
 import torch.distributed as dist
 
 import pydfccl.torch as pt
+from pydfccl.torch.stall import StallReporter
 from pydfccl import platform
 
 # CUDA tensors where pydfccl runs on a GPU, CPU tensors under the simulator.
@@ -97,6 +98,10 @@ def main():
     if DEV == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
     torch.set_default_device(DEV)
+    # Report where this rank waits (and its stacks) before the test's timeout kills it.
+    stall = StallReporter(rank, float(os.environ.get("PYDFCCL_TEST_STALL", "90")),
+                          report=pt.status_report, exit_code=4)
+    stall.enter(case)
     dist.init_process_group("dfccl", rank=rank, world_size=size)
     result = globals()[case](rank, size)
     print("RESULT " + json.dumps(result), flush=True)

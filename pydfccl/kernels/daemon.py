@@ -427,12 +427,17 @@ def make_daemon(policy):
         act = cuda.shared.array(MAX_COLLS, np.int64)
         akey = cuda.shared.array(MAX_COLLS, np.int64)
         st = cuda.local.array(S_WORDS, np.int64)
-        params = as_array(ctl + CTL_PARAMS, PARAM_SLOTS, np.int64)
+        # The policy's parameters live in host memory, a PCIe round trip per read, and
+        # thread 0 reads them at every step: it copies them once per launch (the host sets
+        # them before the first launch).
+        params = cuda.shared.array(PARAM_SLOTS, np.int64)
         peers = as_array(peers_addr, nranks, np.int64)
         colls = as_array(pool + P_COLLS, MAX_COLLS * COLL_WORDS, np.int64)
         tasks = as_array(pool + P_TASKS + block * MAX_COLLS * TASK_WORDS * 8,
                          MAX_COLLS * TASK_WORDS, np.int64)
         if tid == 0:
+            for i in range(PARAM_SLOTS):
+                params[i] = load_volatile(ctl + CTL_PARAMS + i * 8)
             start(st, act, akey, sh, params, ctl, pool, tasks, block)
         cuda.syncthreads()
         while True:

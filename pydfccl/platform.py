@@ -26,11 +26,17 @@ from .kernels.memory import SIMULATOR
 # launch.
 cuda.config.CUDA_LOW_OCCUPANCY_WARNINGS = 0
 
+# The class of Numba's device arrays (None under the simulator, whose arrays are numpy's).
+if SIMULATOR:
+    NUMBA_DEVICE_ARRAY = None
+else:
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray as NUMBA_DEVICE_ARRAY
+
 __all__ = ["SIMULATOR", "WAIT_SPIN_SECONDS", "gpu_available", "DeviceBuffer", "HostBuffer",
            "PeerBuffer", "ipc_handle", "use_device", "bind_thread", "mps_active",
            "device_attribute", "device_memory_used", "driver_result", "address_of", "empty",
            "new_stream", "destroy_stream", "launch", "wait_stream", "synchronize_device",
-           "deferred_frees", "to_numpy", "copy_in", "precise_sleeps"]
+           "deferred_frees", "to_numpy", "copy_in", "precise_sleeps", "NUMBA_DEVICE_ARRAY"]
 
 
 # How long a thread in ``Future.result()`` watches for its completion itself (spinning
@@ -81,21 +87,14 @@ class DeviceBuffer:
         if SIMULATOR:
             self._host[offset:offset + raw.size] = raw
         else:
-            stream = _copy_stream()
-            self._dev[offset:offset + raw.size].copy_to_device(raw, stream=stream)
-            stream.synchronize()
+            _host_to_device(self._dev[offset:offset + raw.size], raw)
 
     def read(self, offset: int, nbytes: int) -> np.ndarray:
-        """Copy bytes out, on the same stream of its own as ``write``: the poller reads the
-        trace rings with this, and a copy on the legacy default stream stalled it behind a
-        torch stream that waited for a collective only the poller could complete
-        (``gpu_check.sh train2_diag``, 2026-11-29)."""
+        """Copy bytes out (the poller reads the trace rings with this), through pinned
+        memory on pydfccl's copy stream: see ``_host_to_device``."""
         if SIMULATOR:
             return self._host[offset:offset + nbytes].copy()
-        stream = _copy_stream()
-        out = self._dev[offset:offset + nbytes].copy_to_host(stream=stream)
-        stream.synchronize()
-        return out
+        return _device_to_host(self._dev[offset:offset + nbytes])
 
 
 class HostBuffer:
@@ -232,13 +231,16 @@ def empty(count: int, dtype) -> object:
 
 def to_numpy(array, dtype=None) -> np.ndarray:
     """A host copy of ``array`` (under the simulator, the array itself); with ``dtype``
-    bfloat16, a uint16 array of raw bits comes back as bfloat16 values."""
+    bfloat16, a uint16 array of raw bits comes back as bfloat16 values. On a GPU the copy
+    goes on pydfccl's copy stream, not ordered with the application's streams."""
     if isinstance(array, np.ndarray) and not hasattr(array, "copy_to_host"):
         host = array
-    elif hasattr(array, "copy_to_host"):
-        host = array.copy_to_host()
     else:
-        host = np.asarray(cuda.as_cuda_array(array, sync=False).copy_to_host())
+        dev = array if hasattr(array, "copy_to_host") else cuda.as_cuda_array(array, sync=False)
+        if not SIMULATOR and dev.is_c_contiguous():
+            host = _device_to_host(_flat_bytes(dev)).view(dev.dtype).reshape(dev.shape)
+        else:
+            host = dev.copy_to_host()
     if dtype is not None and np.dtype(dtype) == BFLOAT16 and host.dtype == np.uint16:
         return host.view(BFLOAT16)
     return host
@@ -252,14 +254,68 @@ def copy_in(dst, values: np.ndarray) -> None:
         values = values.view(np.uint16)
     if isinstance(dst, np.ndarray):
         dst[...] = values
+    elif SIMULATOR:
+        dst.copy_to_device(values)
     else:
-        # Waited for on a stream of pydfccl's own: a copy from pageable memory on the
-        # default stream returns before its DMA has landed, and the daemon (on another
-        # stream) could read the buffer, or write its result, first. That race cost one
-        # wrong soak result in 15,000 on the H200 (``gpu_check.sh soak``, 2026-11-29).
-        stream = _copy_stream()
-        dst.copy_to_device(values, stream=stream)
-        stream.synchronize()
+        # Waited for: Numba's copy from pageable memory returns before its DMA has landed,
+        # and the daemon (on another stream) could read the buffer, or write its result,
+        # first. That race cost one wrong soak result in 15,000 on the H200
+        # (``gpu_check.sh soak``, 2026-11-29).
+        dev = dst if hasattr(dst, "copy_to_host") else cuda.as_cuda_array(dst, sync=False)
+        if dev.shape != values.shape and dev.size == values.size:
+            values = values.reshape(dev.shape)
+        if dev.shape != values.shape or dev.dtype != values.dtype:
+            raise ValueError(f"copy_in: {values.dtype} values of shape {values.shape} into a "
+                             f"{dev.dtype} buffer of shape {dev.shape}")
+        _host_to_device(_flat_bytes(dev), values.view(np.uint8).reshape(-1))
+
+
+def _flat_bytes(dev):
+    """A C-contiguous Numba device array as a flat uint8 one (the same memory)."""
+    if not dev.is_c_contiguous():
+        raise ValueError("pydfccl copies need a C-contiguous device array")
+    return dev.reshape(dev.size).view(np.uint8)
+
+
+STAGING_BYTES = 4 << 20
+_staging: dict = {}
+
+
+def _staged():
+    """(pinned host buffer, lock, copy stream) of the current device. pydfccl's own copies go
+    through pinned memory: a copy to or from pageable memory is staged by the driver, and on
+    the H200 such a copy by the poller (the trace drain) waited behind a pageable copy of
+    the application's, itself waiting on a stream gated on a collective that only the
+    poller could complete (DDP's construction, ``gpu_check.sh torch_diag``, 2026-11-29)."""
+    device = cuda.get_current_device().id
+    with _copy_streams_lock:
+        if device not in _staging:
+            _staging[device] = (cuda.pinned_array(STAGING_BYTES, np.uint8), threading.Lock())
+    return (*_staging[device], _copy_stream())
+
+
+def _host_to_device(dev_bytes, raw: np.ndarray) -> None:
+    """Copy the flat uint8 ``raw`` into the flat uint8 device array ``dev_bytes`` and wait."""
+    pinned, lock, stream = _staged()
+    with lock:
+        for start in range(0, raw.size, STAGING_BYTES):
+            n = min(STAGING_BYTES, raw.size - start)
+            pinned[:n] = raw[start:start + n]
+            dev_bytes[start:start + n].copy_to_device(pinned[:n], stream=stream)
+            stream.synchronize()
+
+
+def _device_to_host(dev_bytes) -> np.ndarray:
+    """A host copy of the flat uint8 device array ``dev_bytes``."""
+    pinned, lock, stream = _staged()
+    out = np.empty(dev_bytes.size, np.uint8)
+    with lock:
+        for start in range(0, out.size, STAGING_BYTES):
+            n = min(STAGING_BYTES, out.size - start)
+            dev_bytes[start:start + n].copy_to_host(pinned[:n], stream=stream)
+            stream.synchronize()
+            out[start:start + n] = pinned[:n]
+    return out
 
 
 def new_stream():

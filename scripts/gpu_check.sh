@@ -67,17 +67,11 @@ for s in $stages; do
                 nvidia-cuda-mps-control -d; sleep 1
                 stage train2_diag 90 $PY examples/train_gpt.py --nranks 2 --tp 2 --steps 3 --device cuda --watchdog 25 --timeout 80
                 echo quit | nvidia-cuda-mps-control ;;
-    torch_quick) # tests/test_torch.py and the example at 2 ranks under MPS (scripts/gpu_torch.sh
-                # runs more, with longer limits)
+    torch_quick) # tests/test_torch.py under MPS (a stuck rank reports its status and stacks after
+                # 40 s) and the DDP-hook timing example (scripts/gpu_torch.sh runs more)
                 nvidia-cuda-mps-control -d; sleep 1
-                stage torch_tests 170 $PY -m pytest -q -rfE --tb=short -p no:cacheprovider tests/test_torch.py
-                stage train2 80 $PY examples/train_gpt.py --nranks 2 --tp 2 --steps 10 --device cuda --watchdog 25 --timeout 70
-                echo quit | nvidia-cuda-mps-control ;;
-    torch_diag) # the torch tests with rank processes, each rank reporting its status and stacks
-                # after 40 s in one case; the DDP timing example likewise after 30 s
-                nvidia-cuda-mps-control -d; sleep 1
-                stage torch_diag 150 env PYDFCCL_TEST_STALL=40 $PY -m pytest -q -rfE --tb=short -p no:cacheprovider tests/test_torch.py -k "three_ranks or ddp_hook"
-                stage ddp_timing_diag 80 $PY examples/ddp_timing.py --nranks 2 --steps 20 --device cuda --stall 30 --timeout 70
+                stage torch_tests 200 env PYDFCCL_TEST_STALL=40 $PY -m pytest -q -rfE --tb=short -p no:cacheprovider tests/test_torch.py
+                stage ddp_timing2 90 $PY examples/ddp_timing.py --nranks 2 --steps 30 --device cuda --stall 30 --timeout 80
                 echo quit | nvidia-cuda-mps-control ;;
     bench_mps)  # the latency benchmark with ranks as processes under MPS (no GIL shared by ranks)
                 nvidia-cuda-mps-control -d; sleep 1

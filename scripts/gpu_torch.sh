@@ -18,9 +18,9 @@ mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
 nvidia-cuda-mps-control -d && echo "MPS started" | tee -a "$SUMMARY"
 trap 'echo quit | nvidia-cuda-mps-control; tar czf "$OUT/logs.tgz" -C "$LOGS" .' EXIT
 
-stage torch_tests 230 $PY -m pytest -q -rfE --tb=short -p no:cacheprovider -o faulthandler_timeout=90 tests/test_torch.py
+stage torch_tests 230 env PYDFCCL_TEST_STALL=60 $PY -m pytest -q -rfE --tb=short -p no:cacheprovider -o faulthandler_timeout=90 tests/test_torch.py
 stage train2 100 $PY examples/train_gpt.py --nranks 2 --tp 2 --steps 20 --device cuda --watchdog 30 --timeout 90
 stage train4 120 $PY examples/train_gpt.py --nranks 4 --tp 2 --steps 20 --device cuda --watchdog 30 --timeout 110
 # iteration time with the DDP hook against the functional all-reduce by hand (issue 8)
-stage ddp_timing2 100 $PY examples/ddp_timing.py --nranks 2 --steps 30 --device cuda --timeout 90
+stage ddp_timing2 100 $PY examples/ddp_timing.py --nranks 2 --steps 30 --device cuda --stall 30 --timeout 90
 cp /tmp/mps_log/*.log "$LOGS/" 2>/dev/null

@@ -296,7 +296,6 @@ class Communicator:
             np.int64(self.world.ctl_addr[self.rank]), np.int64(self.world.pool_addr[self.rank]),
             np.int64(self.world.peers.addr), np.int64(self.rank), np.int64(self.nranks),
             np.int64(cfg.nslots), np.int64(cfg.slot_bytes), np.int64(cfg.conn_stride))
-        self._trace_drained_at = time.monotonic()
         poller.add(self)
         self._beat(time.monotonic_ns(), force=True)   # peers now watch this rank's heartbeat
         if self.persistent:
@@ -419,10 +418,17 @@ class Communicator:
         """The events of this rank's daemon blocks so far (the latest PYDFCCL_TRACE_KEEP,
         200,000 by default), oldest first per block: dicts with ``t_ns``, ``rank``,
         ``block``, ``event`` (absorbed, loaded, preempted, completed, launched, quit),
-        ``coll`` (coll_id or None), ``loop``, ``step``. The poller drains the logs while
-        work is outstanding; ``trace_lost()`` counts the events missing from it."""
+        ``coll`` (coll_id or None), ``loop``, ``step``. A thread of pydfccl's drains the
+        logs while work goes on; ``trace_lost()`` counts the events missing from it."""
         self._require_started_once("trace")
         return self._tracer.events()
+
+    def _drain_trace(self) -> None:
+        """Copy new event-log records in (``progress.Poller._drain_traces``)."""
+        try:
+            self._tracer.drain()
+        except Exception as exc:     # a failed copy loses events, never a collective
+            logger.warning("rank %d: reading the daemon's event log failed: %r", self.rank, exc)
 
     def trace_lost(self) -> int:
         """Events not in ``trace()``: overwritten on the device before they were read, or
@@ -524,7 +530,6 @@ class Communicator:
 
     # -- what the process's poller calls (pydfccl.progress) -----------------------------------
 
-    TRACE_DRAIN_SECONDS = 0.01   # before a busy block's event ring (4096 records) wraps
 
     HEARTBEAT_NS = 10_000_000
 
@@ -558,9 +563,6 @@ class Communicator:
                 return False
             if self._watchdog.check():
                 self._set_error(self._abort_error())   # a deadlock, or a peer that died
-            elif time.monotonic() - self._trace_drained_at > self.TRACE_DRAIN_SECONDS:
-                self._trace_drained_at = time.monotonic()
-                self._tracer.drain()
         except Exception as exc:
             self._set_error(PydfcclError(f"rank {self.rank}: completion poller failed: {exc!r}"))
         return False

@@ -36,7 +36,8 @@ __all__ = ["SIMULATOR", "WAIT_SPIN_SECONDS", "gpu_available", "DeviceBuffer", "H
            "PeerBuffer", "ipc_handle", "use_device", "bind_thread", "mps_active",
            "device_attribute", "device_memory_used", "driver_result", "address_of", "empty",
            "new_stream", "destroy_stream", "launch", "wait_stream", "synchronize_device",
-           "deferred_frees", "to_numpy", "copy_in", "precise_sleeps", "NUMBA_DEVICE_ARRAY"]
+           "deferred_frees", "to_numpy", "copy_in", "precise_sleeps", "NUMBA_DEVICE_ARRAY",
+           "clear_layout_cache"]
 
 
 # How long a thread in ``Future.result()`` watches for its completion itself (spinning
@@ -316,6 +317,21 @@ def _device_to_host(dev_bytes) -> np.ndarray:
             stream.synchronize()
             out[start:start + n] = pinned[:n]
     return out
+
+
+def clear_layout_cache() -> int:
+    """Empty numba-cuda's cache of array layouts and return how many it held. Numba keeps
+    one entry (a few small objects) per distinct (offset, shape, strides, itemsize) ever
+    made, without bound (``dummyarray.Array.from_desc``, a ``functools.cache``): a program
+    that makes arrays of ever new sizes, as the soak does, grows by it."""
+    if SIMULATOR:
+        return 0
+    from numba.cuda.cudadrv.dummyarray import Array
+
+    cached = Array.from_desc.__func__
+    held = cached.cache_info().currsize
+    cached.cache_clear()
+    return held
 
 
 def new_stream():

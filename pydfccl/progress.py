@@ -4,8 +4,11 @@ Ranks that are threads of one process share one GIL, so a poller per rank means 
 threads taking the GIL every few microseconds, and a rank thread that has just learned of
 its completion waits behind them. One poller serves every communicator of the process
 instead. While collectives are outstanding it watches all their next CQ stamps at once with
-the GIL released (``hostspin``), then completes futures and runs done-callbacks, runs each
-communicator's watchdog, and drains its event log before the ring wraps. It leaves the GIL
+the GIL released (``hostspin``), then completes futures and runs done-callbacks, and runs each
+communicator's watchdog. It touches host memory only, never the device: a device copy can
+wait behind the application's streams (on the H200 under MPS, behind a torch stream gated
+on a collective that only this thread could complete). The daemons' event logs are copied
+from the device by a thread of their own (``_drain_traces``), before a ring wraps. It leaves the GIL
 alone while a rank thread is itself waiting in ``Future.result()`` (that thread drains its
 own CQ), and sleeps on a condition (50 ms at a time) when nothing is outstanding. Every
 turn it refreshes each communicator's heartbeat in the shared control rows: a peer whose
@@ -29,6 +32,7 @@ HELPED_RECENTLY = 1e-3       # ... or was, this recently: it is likely back soon
 SLEEP_WHEN_QUIET = 2e-6      # simulator: no spinning, short sleeps
 QUIET_LOOKS = 2000           # then 100 us between looks
 SPIN_ROUNDS = 500            # GPU: rounds of watching (about 10 ms) before sleeping instead
+TRACE_DRAIN_SECONDS = 0.01   # before a busy block's event ring (4096 records) wraps
 
 
 class Poller:
@@ -36,6 +40,7 @@ class Poller:
         self._comms: list = []
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
+        self._tracer_thread: threading.Thread | None = None
         self.sleeping = False
 
     def add(self, comm) -> None:
@@ -45,6 +50,10 @@ class Poller:
                 self._thread = threading.Thread(target=self._loop, name="pydfccl-poller",
                                                 daemon=True)
                 self._thread.start()
+            if self._tracer_thread is None or not self._tracer_thread.is_alive():
+                self._tracer_thread = threading.Thread(target=self._drain_traces,
+                                                       name="pydfccl-trace", daemon=True)
+                self._tracer_thread.start()
             self._cond.notify_all()
 
     def remove(self, comm) -> None:
@@ -88,6 +97,22 @@ class Poller:
                                    SPINS_PER_CALL)
             else:
                 time.sleep(SLEEP_WHEN_QUIET if quiet < QUIET_LOOKS else 1e-4)
+
+
+    def _drain_traces(self) -> None:
+        """Copy new event-log records from the device every few milliseconds, for every
+        communicator that submitted work since its last drain or still has work out."""
+        platform.bind_thread()
+        seen: dict = {}
+        while True:
+            time.sleep(TRACE_DRAIN_SECONDS)
+            with self._cond:
+                comms = list(self._comms)
+            for c in comms:
+                if c._submitted != seen.get(id(c)) or c._needs_polling():
+                    seen[id(c)] = c._submitted
+                    c._drain_trace()
+            seen = {id(c): seen[id(c)] for c in comms if id(c) in seen}
 
 
 poller = Poller()

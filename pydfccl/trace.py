@@ -30,7 +30,7 @@ TRACE_KEEP = int(os.environ.get("PYDFCCL_TRACE_KEEP", "200000"))
 class TraceReader:
     """Reads new records from one rank's block logs, and keeps the latest ``keep`` of them.
 
-    The poller drains the device rings every few milliseconds while work is outstanding, so
+    A thread of the poller's drains the device rings every 10 ms while work goes on, so
     that none wraps; what it reads stays as the raw 48-byte records, and only ``events()``
     (``comm.trace()``) turns them into dicts. A communicator that runs for days would
     otherwise hold every event it ever had: ``keep`` bounds that (PYDFCCL_TRACE_KEEP, about

@@ -59,9 +59,15 @@ def test_soak_command_short_form(capsys):
     assert submitted == completed > 0 and lost == 0 and wrong == 0 and verified > 0
     assert "3 schedules" in out and "resources of this process" in out
     table = out.split("resources of this process:\n", 1)[1].splitlines()
-    assert table[0].split() == ["when", "threads", "RSS", "MiB", "objects", "GPU", "MiB"]
+    assert table[0].split() == ["when", "threads", "RSS", "MiB", "objects", "GPU", "MiB",
+                                "layouts"]
     assert table[1].startswith("  at the start")
     assert any(line.startswith("  at the end") for line in table[2:])
+    growth = re.search(r"from the first schedule to the end: threads (\d+) -> (\d+), objects "
+                       r"(\d+) -> (\d+)", out)
+    assert growth, out
+    threads_first, threads_last = int(growth[1]), int(growth[2])
+    assert threads_first == threads_last, out
     assert "OK: every output verified, nothing lost" in out
 
 

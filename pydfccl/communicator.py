@@ -143,6 +143,7 @@ class Communicator:
         self._cq_head = 0
         self._launches = 0
         self._launch_running = False
+        self._holds = 0            # hold_daemon() calls not yet released
         self._error: Exception | None = None
         self._drain_lock = threading.Lock()
         self._helpers = 0          # threads waiting in Future.result() right now
@@ -163,6 +164,7 @@ class Communicator:
         self._abort_word = ctl["abort"][rank: rank + 1]
         self._submitted_word = ctl["host_submitted"][rank: rank + 1]
         self._completed_word = ctl["host_completed"][rank: rank + 1]
+        self._hold_word = ctl["hold"][rank: rank + 1]
         timeout = watchdog_timeout if watchdog_timeout is not None else (
             60.0 if platform.SIMULATOR else 20.0)
         self._watchdog = Watchdog(world, rank, timeout, self._describe_coll)
@@ -369,6 +371,36 @@ class Communicator:
         self._submitted_word[0] = k + 1
         self._inflight[index] = (future, buffers)
 
+    def hold_daemon(self) -> None:
+        """Keep this rank's daemon from quitting voluntarily until ``release_daemon``, and
+        start it now from the calling thread if it is not running.
+
+        For a stream that waits on one of this rank's collectives (``pydfccl.torch``): while
+        it waits, no device sync can finish before that collective anyway, so a quit gains
+        nothing, and the relaunch that would follow can itself wait behind the application:
+        on the H200 under MPS a ``cuLaunchKernel`` of the launch thread waited while the main
+        thread sat in a synchronous copy from the waiting stream (DDP's construction,
+        2026-11-29). Calls nest; each needs its ``release_daemon``."""
+        with self._lock:
+            self._holds += 1
+            self._hold_word[0] = self._holds
+            start = self._state == "started" and not self._launch_running
+            self._wake.notify_all()
+        if start:
+            cfg = self.world.config
+            if platform.launch_ahead(self._daemon, cfg.nblocks, cfg.nthreads, self._stream,
+                                     self._launch_args):
+                with self._lock:
+                    self._launches += 1
+
+    def release_daemon(self) -> None:
+        """Undo one ``hold_daemon``: the daemon may quit again when its policy says so."""
+        with self._lock:
+            if self._holds > 0:
+                self._holds -= 1
+                self._hold_word[0] = self._holds
+                self._wake.notify_all()
+
     def synchronize_device(self) -> None:
         """A device-wide synchronize, the call that deadlocks NCCL-style libraries.
 
@@ -425,10 +457,14 @@ class Communicator:
 
     def _drain_trace(self) -> None:
         """Copy new event-log records in (``progress.Poller._drain_traces``)."""
+        if self._state != "started":   # closing: its pool may be going away
+            return
         try:
             self._tracer.drain()
         except Exception as exc:     # a failed copy loses events, never a collective
-            logger.warning("rank %d: reading the daemon's event log failed: %r", self.rank, exc)
+            if self._state == "started":
+                logger.warning("rank %d: reading the daemon's event log failed: %r",
+                               self.rank, exc)
 
     def trace_lost(self) -> int:
         """Events not in ``trace()``: overwritten on the device before they were read, or
@@ -495,7 +531,7 @@ class Communicator:
                 paused_at = time.perf_counter()
                 with self._lock:
                     while self._state == "started" and not self._row["abort"][0]:
-                        if self._outstanding() and (
+                        if (self._outstanding() or self._holds) and (
                                 pause == 0 or self._world_activity() != activity
                                 or time.perf_counter() - paused_at >= pause):
                             break

@@ -74,7 +74,9 @@ CTL_ROW = np.dtype([
     ("peers_local", I8),   # 1 when every peer's memory is on this GPU (GPU-scope fences do)
     ("heartbeat", I8),     # the host's CLOCK_MONOTONIC in ns, refreshed by the poller;
     #                        -1 once the communicator closed, 0 before it started
-    ("pad", I8, 2),
+    ("hold", I8),          # > 0: the daemon must not quit voluntarily (a stream of the
+    #                        host waits on one of its collectives; Communicator.hold_daemon)
+    ("pad", I8),
     ("params", I8, 8),
     ("blocks", BLOCK_STATUS, MAX_BLOCKS),
     ("sq", SQ_ENTRY, SQ_CAP),
@@ -159,6 +161,7 @@ def word(dtype: np.dtype, *path: str) -> int:
 # Byte offsets the kernel uses (module-level ints, frozen into the compiled daemon).
 CTL_ABORT = word(CTL_ROW, "abort")
 CTL_PARAMS = word(CTL_ROW, "params")
+CTL_HOLD = word(CTL_ROW, "hold")
 CTL_PEERS_LOCAL = word(CTL_ROW, "peers_local")
 CTL_BLOCKS = word(CTL_ROW, "blocks")
 CTL_SQ = word(CTL_ROW, "sq")

@@ -35,7 +35,7 @@ else:
 __all__ = ["SIMULATOR", "WAIT_SPIN_SECONDS", "gpu_available", "DeviceBuffer", "HostBuffer",
            "PeerBuffer", "ipc_handle", "use_device", "bind_thread", "mps_active",
            "device_attribute", "device_memory_used", "driver_result", "address_of", "empty",
-           "new_stream", "destroy_stream", "launch", "wait_stream", "synchronize_device",
+           "new_stream", "destroy_stream", "launch", "launch_ahead", "wait_stream", "synchronize_device",
            "deferred_frees", "to_numpy", "copy_in", "precise_sleeps", "NUMBA_DEVICE_ARRAY",
            "clear_layout_cache"]
 
@@ -387,6 +387,16 @@ def launch(kernel, nblocks: int, nthreads: int, stream, args) -> None:
             kernel[nblocks, nthreads](*args)
     else:
         kernel[nblocks, nthreads, stream](*args)
+
+
+def launch_ahead(kernel, nblocks: int, nthreads: int, stream, args) -> bool:
+    """Queue a launch of ``kernel`` from the calling thread without waiting for it; False
+    (nothing launched) under the simulator, where a launch runs on the calling thread."""
+    if SIMULATOR:
+        return False
+    bind_thread()     # the caller's thread may not be one of pydfccl's
+    kernel[nblocks, nthreads, stream](*args)
+    return True
 
 
 def wait_stream(stream) -> None:

@@ -185,6 +185,52 @@ def test_stream_gate_submits_after_the_stream_and_releases_waiters():
     assert ticket.future.result(timeout=5) == "out" and done[0] == ticket.stamp
 
 
+class Holder:
+    """Stands in for the Communicator whose daemon a waiting stream holds."""
+
+    def __init__(self):
+        self.holds = 0
+
+    def hold_daemon(self):
+        self.holds += 1
+
+    def release_daemon(self):
+        self.holds -= 1
+
+
+def test_a_stream_waiting_on_an_unfinished_run_holds_its_daemon_until_the_run_ends():
+    ops, holder = FakeStreamOps(), Holder()
+    gate = StreamGate(ops, nwords=4)
+    run = Future()
+    ticket = gate.gate(7, lambda: run, holder=holder)
+    assert holder.holds == 0               # no stream waits yet: the daemon may quit
+    ticket.wait_on(9)
+    ticket.wait_on(11)                     # a second waiting stream: still one hold
+    assert holder.holds == 1
+    run.set_result("out")
+    ticket.future.result(timeout=5)
+    assert holder.holds == 0
+    finished = Future()
+    finished.set_result(None)
+    late = gate.gate(7, lambda: finished, holder=holder)
+    late.future.result(timeout=5)
+    late.wait_on(9)                        # the run is over: nothing to hold
+    assert holder.holds == 0
+
+
+def test_a_failed_run_releases_its_hold():
+    ops, holder = FakeStreamOps(), Holder()
+    gate = StreamGate(ops, nwords=4)
+    run = Future()
+    ticket = gate.gate(7, lambda: run, holder=holder)
+    ticket.wait_on(9)
+    assert holder.holds == 1
+    run.set_exception(RuntimeError("deadlock"))
+    with pytest.raises(RuntimeError):
+        ticket.future.result(timeout=5)
+    assert holder.holds == 0
+
+
 def test_stream_gate_refuses_to_reuse_a_slot_of_an_unfinished_run():
     ops = FakeStreamOps()
     gate = StreamGate(ops, nwords=3)

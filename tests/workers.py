@@ -438,3 +438,21 @@ def simulated_report(script: str) -> dict:
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def held_daemon(comm, seconds: float):
+    """A held daemon stays up past its quit time with no work; released, it quits."""
+    comm.prepare(0, "all_reduce", count=4, dtype="float32")
+    comm.start()
+    unheld = comm.stats()["launches"]          # no work: no launch
+    comm.hold_daemon()
+    time.sleep(seconds)
+    held = dict(launches=comm.stats()["launches"], quits=comm.stats()["quits"],
+                running=comm._launch_running)
+    x = _fill(comm, np.full(4, comm.rank + 1, np.float32))
+    total = platform.to_numpy(comm.run(0, x).result(timeout=60)).tolist()
+    comm.release_daemon()
+    deadline = time.monotonic() + 30
+    while comm._launch_running and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return dict(unheld=unheld, held=held, total=total, running_after=comm._launch_running)

@@ -3,13 +3,14 @@
 Each block is one channel and never waits for another block. Thread 0 of a block schedules:
 it takes new work from the submission queue (SQ), keeps the block's active tasks sorted by
 the policy's order, loads a task (restoring its saved context), spins for the next step's
-data and slot credit within the policy's time budget (nanoseconds, ``%globaltimer``), and either hands the step to the whole
-block (``move``) or preempts the task, saving its context. The last block to finish a
+data and slot credit within the policy's time budget (nanoseconds, ``%globaltimer``), and
+either hands the step to the whole block (``move``) or preempts the task, saving its context. The last block to finish a
 collective writes the completion queue (CQ). Thread 0 also appends every event (task
 absorbed, loaded, preempted, completed; block launched, quit) to the block's event log in
 the pool, which the host drains for ``Communicator.trace()``. When the policy says it has
-gone too long
-without progress (idle, or stuck) the block exits (voluntary quit); the host relaunches it when work is outstanding.
+gone too long without progress (idle, or stuck) the block exits (voluntary quit), unless the
+host holds it (the control row's hold word: a stream of the host waits on a collective);
+the host relaunches it when work is outstanding.
 
 ``make_daemon(policy)`` compiles the policy's five functions into a daemon (one signature:
 eight int64 scalars; cached on disk under a key of its sources, see ``compiler``); one
@@ -35,6 +36,7 @@ __all__ = ["make_daemon", "compile_now", "DAEMON_SIGNATURE"]
 MAX_COLLS = L.MAX_COLLS
 CTL_ABORT = L.CTL_ABORT
 CTL_PARAMS = L.CTL_PARAMS
+CTL_HOLD = L.CTL_HOLD
 CTL_PEERS_LOCAL = L.CTL_PEERS_LOCAL
 CTL_BLOCKS, BS_SIZE = L.CTL_BLOCKS, L.BS_SIZE
 BS_FRONTIER, BS_COLL, BS_STEP, BS_WAITS = (L.BS[k] for k in ("sq_frontier", "coll", "step", "waits"))
@@ -190,6 +192,12 @@ def make_daemon(policy):
     should_quit = cuda.jit(device=True)(policy.should_quit)
 
     @cuda.jit(device=True)
+    def _may_quit(params, ctl, idle):
+        """The policy says quit, and the host does not hold the daemon (its hold word is
+        host memory, read only once the policy says yes)."""
+        return should_quit(params, idle) != 0 and load_volatile(ctl + CTL_HOLD) == 0
+
+    @cuda.jit(device=True)
     def absorb(st, act, akey, sh, params, ctl, pool, colls, tasks, block, nblocks, nranks,
                slot_bytes):
         """Take new SQ entries: activate their tasks (or finish at once if this block has
@@ -285,13 +293,13 @@ def make_daemon(policy):
                     absorb(st, act, akey, sh, params, ctl, pool, colls, tasks, block, nblocks,
                            nranks, slot_bytes)
                     if sh[SH_NACT] == 0:
-                        if should_quit(params, now_ns() - st[S_IDLE_SINCE]) != 0:
+                        if _may_quit(params, ctl, now_ns() - st[S_IDLE_SINCE]):
                             sh[SH_CMD] = CMD_EXIT
                             return
                         backoff()
                         continue
                 if st[S_POS] >= sh[SH_NACT]:    # the pass is over
-                    if should_quit(params, now_ns() - st[S_IDLE_SINCE]) != 0:
+                    if _may_quit(params, ctl, now_ns() - st[S_IDLE_SINCE]):
                         sh[SH_CMD] = CMD_EXIT
                         return
                     st[S_POS] = 0

@@ -103,7 +103,8 @@ class TorchGroup:
             gate = _stream_gate()
             with torch.cuda.device(send.device):
                 ticket = gate.gate(torch.cuda.current_stream(send.device).cuda_stream,
-                                   lambda: self.comm.run(cid, send_buf, recv_buf))
+                                   lambda: self.comm.run(cid, send_buf, recv_buf),
+                                   holder=self.comm)
             work = Work(ticket.future, [out], ticket=ticket, device=send.device)
         else:
             work = Work(self.comm.run(cid, send_buf, recv_buf), [out])

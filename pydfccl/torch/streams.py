@@ -62,13 +62,25 @@ class DriverStreamOps:
 
 class Ticket:
     """One gated run: ``future`` completes with the run; ``wait_on(stream)`` makes a
-    stream wait for that, without blocking the host."""
+    stream wait for that, without blocking the host.
 
-    def __init__(self, gate, stamp: int, submit):
-        self._gate, self.stamp, self._submit = gate, stamp, submit
+    ``holder`` (the run's Communicator, or None) is held while a stream waits on an
+    unfinished run (``Communicator.hold_daemon``): its daemon must not quit then, since its
+    relaunch could wait behind the application's blocking CUDA calls on that stream."""
+
+    def __init__(self, gate, stamp: int, submit, holder=None):
+        self._gate, self.stamp, self._submit, self._holder = gate, stamp, submit, holder
+        self._held = False
         self.future: Future = Future()
 
     def wait_on(self, stream: int) -> None:
+        hold = False
+        with self._gate._cond:
+            if self._holder is not None and not self._held and \
+                    self.stamp in self._gate._unfinished:
+                self._held = hold = True
+        if hold:
+            self._holder.hold_daemon()
         self._gate._ops.wait(stream, self._gate._done_addr + 8 * self._slot, self.stamp)
 
     @property
@@ -96,7 +108,7 @@ class StreamGate:
                                         daemon=True)
         self._thread.start()
 
-    def gate(self, stream: int, submit) -> Ticket:
+    def gate(self, stream: int, submit, holder=None) -> Ticket:
         with self._cond:
             # A slot is reused only once every older run is finished, or a stream waiting
             # for an old run would see a newer stamp in its slot.
@@ -105,7 +117,7 @@ class StreamGate:
                                    "unfinished one; its stream or its peers do not progress")
             self._stamp += 1
             self._unfinished.add(self._stamp)
-            ticket = Ticket(self, self._stamp, submit)
+            ticket = Ticket(self, self._stamp, submit, holder)
             self._ops.write(stream, self._ready_addr + 8 * ticket._slot, ticket.stamp)
             self._waiting.append(ticket)
             self._cond.notify()
@@ -142,6 +154,9 @@ class StreamGate:
         self._done[ticket._slot] = ticket.stamp
         with self._cond:
             self._unfinished.discard(ticket.stamp)
+            release, ticket._held = ticket._held, False
+        if release:
+            ticket._holder.release_daemon()
         if error is not None:
             ticket.future.set_exception(error)
         else:

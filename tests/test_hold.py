@@ -1,0 +1,18 @@
+"""The host's hold on a daemon (``Communicator.hold_daemon``): what pydfccl.torch takes while a
+stream waits on a collective, so that the daemon never needs a relaunch then."""
+
+import pydfccl
+import workers
+from pydfccl import platform
+from pydfccl.sched.policies import get_policy
+
+
+def test_a_held_daemon_outlives_its_quit_time_and_quits_once_released():
+    quit_after = get_policy("dfccl").param_array(platform.SIMULATOR)[3] / 1e9
+    seconds = 10 * quit_after if platform.SIMULATOR else 0.1
+    per_rank = pydfccl.launch(workers.held_daemon, 2, args=(seconds,))
+    for out in per_rank:
+        assert out["unheld"] == 0                      # nothing to do: never launched
+        assert out["held"]["running"] and out["held"]["quits"] == 0
+        assert out["total"] == [3.0] * 4               # a held daemon still runs the work
+        assert not out["running_after"]                # released: it quit

@@ -148,18 +148,11 @@ def rank_spread(torch, dist, pt, model) -> float:
 
 
 def main(argv=None) -> int:
-    args = parse(argv)
-    if "RANK" in os.environ:
-        return rank_main(args)
-    from pydfccl.torch.spawn import spawn_ranks
+    from pydfccl.torch.spawn import run_as_ranks
 
-    results = spawn_ranks([os.path.abspath(__file__), *(argv if argv is not None
-                                                        else sys.argv[1:])],
-                          args.nranks, timeout=args.timeout)
-    codes = [r.returncode for r in results]
-    if any(codes):
-        print(f"ranks exited with {codes}", file=sys.stderr)
-    return max(codes, key=abs) if any(codes) else 0
+    args = parse(argv)
+    return run_as_ranks(__file__, argv, args.nranks, lambda: rank_main(args),
+                        timeout=args.timeout)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ backend, the DDP hook and the example's first steps with a process per rank (sim
 
 import json
 import os
+import re
 import subprocess
 import sys
 from concurrent.futures import Future
@@ -294,3 +295,16 @@ def test_example_trains_and_matches_the_reference():
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
     assert "verified 2 steps against the single-process reference" in r.stdout
     assert "(ok)" in r.stdout and "(decreasing)" in r.stdout
+
+
+def test_ddp_timing_example_trains_both_ways_to_the_same_weights():
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT),
+                                                      os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, str(ROOT / "examples" / "ddp_timing.py"), "--nranks", "2",
+                        "--steps", "2", "--warmup", "1", "--layers", "2", "--width", "32",
+                        "--batch", "4", "--timeout", "150"],
+                       env=env, capture_output=True, text=True, timeout=200)
+    assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+    rows = dict(re.findall(r"^(hook|manual) +([\d.]+) ", r.stdout, re.M))
+    assert set(rows) == {"hook", "manual"} and all(float(v) > 0 for v in rows.values())
+    assert "the modes' weights agree to" in r.stdout and "(ok)" in r.stdout

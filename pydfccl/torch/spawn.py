@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 
-__all__ = ["free_port", "spawn_ranks"]
+__all__ = ["free_port", "spawn_ranks", "run_as_ranks"]
 
 
 def free_port() -> int:
@@ -51,3 +51,18 @@ def spawn_ranks(argv: list[str], nranks: int, *, timeout: float | None = None,
         stdout, stderr = p.communicate()
         results.append(subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr))
     return results
+
+
+def run_as_ranks(script: str, argv: list[str] | None, nranks: int, rank_main,
+                 timeout: float | None = None) -> int:
+    """An example's ``main``: inside a rank (RANK set, as torchrun sets it) run
+    ``rank_main()``; otherwise start ``nranks`` ranks of ``script`` with the same arguments
+    and return the exit status that matters (0 when every rank exited 0)."""
+    if "RANK" in os.environ:
+        return rank_main()
+    args = list(sys.argv[1:] if argv is None else argv)
+    results = spawn_ranks([os.path.abspath(script), *args], nranks, timeout=timeout)
+    codes = [r.returncode for r in results]
+    if any(codes):
+        print(f"ranks exited with {codes}", file=sys.stderr)
+    return max(codes, key=abs) if any(codes) else 0

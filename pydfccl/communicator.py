@@ -372,20 +372,24 @@ class Communicator:
         self._inflight[index] = (future, buffers)
 
     def hold_daemon(self) -> None:
-        """Keep this rank's daemon from quitting voluntarily until ``release_daemon``, and
-        start it now from the calling thread if it is not running.
-
-        For a stream that waits on one of this rank's collectives (``pydfccl.torch``): while
-        it waits, no device sync can finish before that collective anyway, so a quit gains
-        nothing, and the relaunch that would follow can itself wait behind the application:
-        on the H200 under MPS a ``cuLaunchKernel`` of the launch thread waited while the main
-        thread sat in a synchronous copy from the waiting stream (DDP's construction,
-        2026-11-29). Calls nest; each needs its ``release_daemon``."""
+        """Keep this rank's daemon from quitting voluntarily until ``release_daemon``; calls
+        nest. For a stream that waits on one of this rank's collectives (``pydfccl.torch``):
+        while it waits, no device sync can finish before that collective anyway, so a quit
+        gains nothing, and the relaunch that would follow can itself wait behind the
+        application: on the H200 under MPS a ``cuLaunchKernel`` of the launch thread waited
+        while the main thread sat in a synchronous copy from the waiting stream (DDP's
+        construction, 2026-11-29). Touches no device: safe under the caller's locks."""
         with self._lock:
             self._holds += 1
             self._hold_word[0] = self._holds
-            start = self._state == "started" and not self._launch_running
             self._wake.notify_all()
+
+    def start_daemon(self) -> None:
+        """Launch the daemon now, from the calling thread, if it is not running: before the
+        caller can block in a CUDA call that a launch from the launch thread would wait
+        behind. (Under the simulator the launch thread does it: a launch runs on its caller.)"""
+        with self._lock:
+            start = self._state == "started" and not self._launch_running
         if start:
             cfg = self.world.config
             if platform.launch_ahead(self._daemon, cfg.nblocks, cfg.nthreads, self._stream,

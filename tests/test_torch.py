@@ -190,10 +190,13 @@ class Holder:
     """Stands in for the Communicator whose daemon a waiting stream holds."""
 
     def __init__(self):
-        self.holds = 0
+        self.holds = self.starts = 0
 
     def hold_daemon(self):
         self.holds += 1
+
+    def start_daemon(self):
+        self.starts += 1
 
     def release_daemon(self):
         self.holds -= 1
@@ -207,7 +210,7 @@ def test_a_stream_waiting_on_an_unfinished_run_holds_its_daemon_until_the_run_en
     assert holder.holds == 0               # no stream waits yet: the daemon may quit
     ticket.wait_on(9)
     ticket.wait_on(11)                     # a second waiting stream: still one hold
-    assert holder.holds == 1
+    assert holder.holds == 1 and holder.starts == 1
     run.set_result("out")
     ticket.future.result(timeout=5)
     assert holder.holds == 0

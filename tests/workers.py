@@ -446,6 +446,7 @@ def held_daemon(comm, seconds: float):
     comm.start()
     unheld = comm.stats()["launches"]          # no work: no launch
     comm.hold_daemon()
+    comm.start_daemon()
     time.sleep(seconds)
     held = dict(launches=comm.stats()["launches"], quits=comm.stats()["quits"],
                 running=comm._launch_running)

@@ -74,13 +74,14 @@ class Ticket:
         self.future: Future = Future()
 
     def wait_on(self, stream: int) -> None:
-        hold = False
-        with self._gate._cond:
-            if self._holder is not None and not self._held and \
-                    self.stamp in self._gate._unfinished:
-                self._held = hold = True
+        with self._gate._cond:     # taken and released under the lock that ``_finish`` takes
+            hold = (self._holder is not None and not self._held
+                    and self.stamp in self._gate._unfinished)
+            if hold:
+                self._held = True
+                self._holder.hold_daemon()
         if hold:
-            self._holder.hold_daemon()
+            self._holder.start_daemon()
         self._gate._ops.wait(stream, self._gate._done_addr + 8 * self._slot, self.stamp)
 
     @property
@@ -154,9 +155,9 @@ class StreamGate:
         self._done[ticket._slot] = ticket.stamp
         with self._cond:
             self._unfinished.discard(ticket.stamp)
-            release, ticket._held = ticket._held, False
-        if release:
-            ticket._holder.release_daemon()
+            if ticket._held:
+                ticket._held = False
+                ticket._holder.release_daemon()
         if error is not None:
             ticket.future.set_exception(error)
         else:

@@ -15,6 +15,7 @@ import numpy as np
 from pydfccl import init_all, start_all
 from pydfccl import layout as L
 from pydfccl.buffers import buffer_info
+from pydfccl.hostspin import SPINS_PER_CALL, wait_for_stamp
 from probe_host import _time   # this script's folder is on its path
 
 
@@ -35,8 +36,10 @@ def main(iters=3000, nranks=2):
         futs = [c.run(0, x, y) for c, x, y in zip(comms, xs, ys)]
         t1 = time.perf_counter()
         k = i    # each iteration completes one CQ entry per rank
-        while any(s[k % L.CQ_CAP] < k + 1 for s in stamps):
-            pass
+        for s in stamps:   # watched without the GIL, so the poller is not held off
+            while not wait_for_stamp(s.ctypes.data + (k % L.CQ_CAP) * s.strides[0], k + 1,
+                                     SPINS_PER_CALL):
+                pass
         t2 = time.perf_counter()
         for f in futs:
             f.result(timeout=30)

@@ -38,6 +38,7 @@ for s in $stages; do
     probe_host) stage probe_host 60 $PY scripts/probe_host.py ;;
     probe_latency) stage probe_latency 90 $PY scripts/probe_latency.py ;;
     probe_memory) stage probe_memory 60 $PY scripts/probe_memory.py ;;
+    probe_step) stage probe_step 60 $PY scripts/probe_step.py ;;
     clocks)     # the SM clock while a latency run keeps the daemons busy (read, never set)
                 stage clocks 60 bash -c "$PY scripts/probe_latency.py 4000 > /dev/null & for i in 1 2 3 4 5 6 7 8; do sleep 2; nvidia-smi --query-gpu=clocks.sm,clocks.max.sm,utilization.gpu --format=csv,noheader; done; wait" ;;
     startup)    # the same small demo twice: the first compiles the daemon, the second loads it

@@ -9,8 +9,10 @@ for broadcast and reduce. ``size`` is the bytes of the larger of a rank's two bu
 nccl-tests prints it; ``count`` is the elements per rank as ``prepare`` takes it.
 
 Baselines are measured in the same run, with the same sizes and ranks: ``launch`` (the same
-kernels, a kernel launch per collective, no daemon) and ``nccl`` (the daemon under the
-``nccl`` policy: no preemption). Each row of a baseline shows its time over the daemon's.
+kernels, a kernel launch per collective, no daemon), ``nccl`` (the daemon under the ``nccl``
+policy: no preemption) and ``torch`` (NCCL itself through ``torch.distributed``, a process
+per GPU: only where there is a GPU per rank; ``pydfccl.torch.nccl_bench``). Each row of a
+baseline shows its time over the daemon's.
 This is a benchmark: with ``-c`` it counts wrong elements (#wrong) but never fails a run.
 """
 
@@ -128,19 +130,26 @@ def run_sweep(opts: SweepOptions, mode: str = "daemon", backend=None) -> list[di
     """The sweep in one mode (``daemon`` or a key of BASELINES); one row per size with the
     slowest rank's time and the wrong elements summed over ranks."""
     steps = sizes(opts)
-    options = BASELINES.get(mode, dict(policy=opts.policy))
-    per_rank = launch(sweep_worker, opts.nranks, backend=backend, args=(opts, steps),
-                      **options, **opts.world)
+    if mode in ("NCCL", "gloo"):       # torch.distributed's backend of that name
+        from .torch.nccl_bench import run_torch_sweep
+        measured = run_torch_sweep(opts, steps, backend=mode.lower())
+    else:
+        options = BASELINES.get(mode, dict(policy=opts.policy))
+        per_rank = launch(sweep_worker, opts.nranks, backend=backend, args=(opts, steps),
+                          **options, **opts.world)
+        measured = []
+        for i in range(len(steps)):
+            wrongs = [r[i]["wrong"] for r in per_rank]
+            measured.append(dict(seconds=max(r[i]["seconds"] for r in per_rank),
+                                 wrong=sum(wrongs) if min(wrongs) >= 0 else -1))
     factor = bus_factor(opts.coll, opts.nranks)
     rows = []
-    for i, (nbytes, count) in enumerate(steps):
-        seconds = max(r[i]["seconds"] for r in per_rank)
-        wrongs = [r[i]["wrong"] for r in per_rank]
-        algbw = nbytes / seconds / 1e9
+    for (nbytes, count), m in zip(steps, measured):
+        algbw = nbytes / m["seconds"] / 1e9
         rows.append(dict(mode=mode, size=nbytes, count=count, type=opts.dtype, redop=opts.op,
                          root=opts.root if opts.coll in ("broadcast", "reduce") else -1,
-                         time_us=seconds * 1e6, algbw=algbw, busbw=algbw * factor,
-                         wrong=sum(wrongs) if min(wrongs) >= 0 else -1))
+                         time_us=m["seconds"] * 1e6, algbw=algbw, busbw=algbw * factor,
+                         wrong=m["wrong"]))
     return rows
 
 
@@ -197,9 +206,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--op", default="sum", choices=list(OPS))
     p.add_argument("-r", "--root", type=int, default=0)
     p.add_argument("--policy", default="dfccl", choices=policy_names())
-    p.add_argument("--baseline", default="launch", choices=("none", "launch", "nccl", "both"),
+    p.add_argument("--baseline", default="launch",
+                   choices=("none", "launch", "nccl", "both", "torch", "all"),
                    help="launch: a kernel launch per collective; nccl: the no-preemption "
-                        "policy")
+                        "policy; both: those two; torch: NCCL itself through torch.distributed "
+                        "(a GPU per rank); all: the three")
+    p.add_argument("--torch-backend", default="nccl", choices=("nccl", "gloo"),
+                   help="the torch baseline's backend (gloo: CPU tensors, to check the "
+                        "baseline's code where NCCL cannot run)")
     p.add_argument("--backend", choices=BACKENDS, default=None)
     for name, what in (("nblocks", "daemon blocks (channels) per rank"),
                        ("nthreads", "threads per block"), ("nslots", "slots per connector"),
@@ -235,7 +249,17 @@ def main(argv: list[str]) -> int:
           f"{opts.policy}, {opts.iters} runs per size after {opts.warmup} warm-up"
           + "".join(f", {k} {v}" for k, v in opts.world.items()))
     modes = ["daemon"] + {"none": [], "launch": ["launch"], "nccl": ["nccl"],
-                          "both": ["launch", "nccl"]}[args.baseline]
+                          "both": ["launch", "nccl"], "torch": ["torch"],
+                          "all": ["launch", "nccl", "torch"]}[args.baseline]
+    if "torch" in modes:
+        from .torch.nccl_bench import torch_baseline_unavailable
+
+        why = torch_baseline_unavailable(opts.coll, opts.nranks, args.torch_backend)
+        modes.remove("torch")
+        if why:
+            print(f"# torch baseline skipped: {why}")
+        else:
+            modes.append("NCCL" if args.torch_backend == "nccl" else "gloo")
     results, base = {}, None
     for mode in modes:      # each table as soon as it is measured: a long sweep shows progress
         rows = results[mode] = run_sweep(opts, mode, args.backend)

@@ -311,3 +311,24 @@ def test_ddp_timing_example_trains_both_ways_to_the_same_weights():
     rows = dict(re.findall(r"^(hook|manual) +([\d.]+) ", r.stdout, re.M))
     assert set(rows) == {"hook", "manual"} and all(float(v) > 0 for v in rows.values())
     assert "the modes' weights agree to" in r.stdout and "(ok)" in r.stdout
+
+
+@pytest.mark.parametrize("coll", ["all_reduce", "reduce_scatter"])
+def test_the_torch_baseline_runs_the_sweep_through_torch_distributed(coll):
+    """The bench's NCCL baseline, with torch's gloo backend standing in for NCCL here."""
+    from pydfccl.sweep import SweepOptions, run_sweep, sizes
+
+    opts = SweepOptions(coll=coll, nranks=2, minbytes=64, maxbytes=4096, stepfactor=8,
+                        iters=2, warmup=1, progress=False)
+    rows = run_sweep(opts, "gloo")
+    assert [(r["size"], r["count"]) for r in rows] == sizes(opts)
+    assert all(r["mode"] == "gloo" and r["wrong"] == 0 and r["time_us"] > 0 for r in rows)
+
+
+def test_the_torch_baseline_says_why_it_cannot_run():
+    from pydfccl.torch.nccl_bench import torch_baseline_unavailable
+
+    assert "not a collective" in torch_baseline_unavailable("send", 2, "gloo")
+    assert torch_baseline_unavailable("all_reduce", 2, "gloo") is None
+    if torch.cuda.device_count() < 64:
+        assert "a GPU per rank" in torch_baseline_unavailable("all_reduce", 64, "nccl")

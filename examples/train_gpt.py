@@ -10,9 +10,11 @@ all-reduced) and data-parallel groups across them (gradients averaged). After ba
 each rank issues its data-parallel gradient all-reduce and a tensor-parallel all-reduce
 (the squared gradient norm) asynchronously, in an order that depends on the rank, with a
 device synchronize and a ``.item()`` between the two: the pattern that deadlocks real jobs.
-With 4 ranks the waits form a cycle 0 -> 2 -> 3 -> 1 -> 0; with NCCL (``--backend nccl``,
-one GPU per rank) the job hangs and this script's watchdog reports it and exits 3. With
-pydfccl the daemons preempt and quit, so every sync completes and the job trains.
+With 4 ranks the waits form a cycle 0 -> 2 -> 3 -> 1 -> 0. With ``--tp 1`` (data
+parallelism only) the norm goes over a second group of all ranks instead (a metrics group),
+and 2 ranks already form a cycle. With NCCL (``--backend nccl``, one GPU per rank) the job
+hangs and this script's watchdog reports it and exits 3. With pydfccl the daemons preempt
+and quit, so every sync completes and the job trains.
 
 The first --check-steps steps are checked against a single-process reference (the same
 model, unsplit, on the whole batch): the loss and every parameter after the step.
@@ -166,6 +168,15 @@ def rank_main(args) -> int:
     dp_groups = [dist.new_group(list(range(j, nranks, tp)), backend=args.backend)
                  for j in range(tp)]
     tp_group, dp_group = tp_groups[dp_rank], dp_groups[tp_rank]
+    # The squared gradient norm is summed over the tensor-parallel group (each rank holds a
+    # slice of the MLP). Without tensor parallelism it is averaged over a second group of
+    # all ranks, a metrics group as jobs keep for logging, so that two ranks (two GPUs under
+    # NCCL) already form the cycle.
+    if tp > 1:
+        norm_group, norm_op, norm_name = tp_group, dist.ReduceOp.SUM, "tensor-parallel"
+    else:
+        norm_group = dist.new_group(list(range(nranks)), backend=args.backend)
+        norm_op, norm_name = dist.ReduceOp.AVG, "metrics"
 
     def device_sync():
         """An implicit sync as frameworks make them (the simulator's stand-in for
@@ -197,15 +208,15 @@ def rank_main(args) -> int:
         def issue_dp():
             return dist.all_reduce(grads, op=dist.ReduceOp.AVG, group=dp_group, async_op=True)
 
-        def issue_tp():
-            return dist.all_reduce(sq_norm, group=tp_group, async_op=True)
+        def issue_norm():
+            return dist.all_reduce(sq_norm, op=norm_op, group=norm_group, async_op=True)
 
         watchdog.enter(f"step {step} gradient collectives "
-                       f"({'data' if dp_first else 'tensor'}-parallel first)")
-        first = issue_dp() if dp_first else issue_tp()
+                       f"({'data-parallel' if dp_first else norm_name} first)")
+        first = issue_dp() if dp_first else issue_norm()
         device_sync()                     # implicit syncs between the two issues
         local_loss = loss.item()
-        second = issue_tp() if dp_first else issue_dp()
+        second = issue_norm() if dp_first else issue_dp()
         first.wait()
         second.wait()
         mean_loss = torch.tensor([local_loss], device=device)

@@ -35,6 +35,10 @@ for s in $stages; do
     sweep2_gpus) # two GPUs (device kind nvidia-h200-x2): a rank process per GPU, beside NCCL
                 # itself through torch.distributed in the same run
                 stage sweep2_gpus 300 env PYDFCCL_BACKEND=processes $PY -m pydfccl bench --nranks 2 -b 8 -e 268435456 -f 8 -n 10 -w 2 --baseline torch --no-progress --csv "$LOGS/sweep2_gpus.csv" ;;
+    train2_gpus) # two GPUs (nvidia-h200-x2): the example with a rank per GPU, data parallel
+                # plus a metrics group; pydfccl trains, NCCL deadlocks and the watchdog exits 3
+                stage train2_gpus_dfccl 150 $PY examples/train_gpt.py --nranks 2 --tp 1 --steps 20 --device cuda --watchdog 30 --timeout 140
+                stage train2_gpus_nccl 90 $PY examples/train_gpt.py --nranks 2 --tp 1 --steps 20 --backend nccl --device cuda --watchdog 20 --timeout 80 ;;
     sweep4_big) # large messages with larger slots and more channels (16 blocks, 1 MiB slots)
                 stage sweep4_big 240 $PY -m pydfccl bench --nranks 4 -b 1048576 -e 268435456 -f 16 -n 10 -w 2 --baseline none --nblocks 16 --slot-bytes 1048576 --no-progress ;;
     probe)      stage probe 60 $PY scripts/probe_timer.py ;;

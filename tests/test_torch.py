@@ -289,10 +289,12 @@ def test_mismatched_shapes_fail_with_the_field_and_ranks():
         assert "field 'count' differs across ranks (ranks [0]: 4; ranks [1]: 5)" in o["error"]
 
 
-def test_example_trains_and_matches_the_reference():
+@pytest.mark.parametrize("layout", [("--nranks", "4"), ("--nranks", "2", "--tp", "1")],
+                         ids=["tp2-dp2", "dp2-with-metrics-group"])
+def test_example_trains_and_matches_the_reference(layout):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT),
                                                       os.environ.get("PYTHONPATH", "")]))
-    r = subprocess.run([sys.executable, str(ROOT / "examples" / "train_gpt.py"), "--nranks", "4",
+    r = subprocess.run([sys.executable, str(ROOT / "examples" / "train_gpt.py"), *layout,
                         "--steps", "2", "--check-steps", "2", "--timeout", "150"],
                        env=env, capture_output=True, text=True, timeout=200)
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]

@@ -144,6 +144,8 @@ class Communicator:
         self._launches = 0
         self._launch_running = False
         self._holds = 0            # hold_daemon() calls not yet released
+        self._exits_at_launch = 0  # the blocks' exit count when the running launch began
+        self._ahead = False        # a launch queued by start_daemon that the loop has not seen end
         self._error: Exception | None = None
         self._drain_lock = threading.Lock()
         self._helpers = 0          # threads waiting in Future.result() right now
@@ -385,17 +387,23 @@ class Communicator:
             self._wake.notify_all()
 
     def start_daemon(self) -> None:
-        """Launch the daemon now, from the calling thread, if it is not running: before the
-        caller can block in a CUDA call that a launch from the launch thread would wait
-        behind. (Under the simulator the launch thread does it: a launch runs on its caller.)"""
+        """Launch the daemon now, from the calling thread, unless a whole launch of it is
+        running: before the caller can block in a CUDA call that a launch from the launch
+        thread would wait behind. A launch that lost a block (it quit before a hold) ends
+        whole soon, so another is queued behind it on its stream. (Under the simulator the
+        launch thread does it: a launch runs on its caller.)"""
         with self._lock:
-            start = self._state == "started" and not self._launch_running
+            whole = (self._launch_running
+                     and int(self._blocks["exits"].sum()) == self._exits_at_launch)
+            start = self._state == "started" and not whole and not self._ahead
+            self._ahead = self._ahead or start
         if start:
             cfg = self.world.config
-            if platform.launch_ahead(self._daemon, cfg.nblocks, cfg.nthreads, self._stream,
-                                     self._launch_args):
-                with self._lock:
-                    self._launches += 1
+            launched = platform.launch_ahead(self._daemon, cfg.nblocks, cfg.nthreads,
+                                             self._stream, self._launch_args)
+            with self._lock:
+                self._launches += int(launched)
+                self._ahead = launched
 
     def release_daemon(self) -> None:
         """Undo one ``hold_daemon``: the daemon may quit again when its policy says so."""
@@ -544,6 +552,7 @@ class Communicator:
                         return
                     self._launches += 1
                     self._launch_running = True
+                    self._exits_at_launch = int(self._blocks["exits"].sum())
                     self._wake.notify_all()
                 before = self._world_activity()
                 with platform.deferred_frees() if not self.policy.quits else nullcontext():
@@ -552,6 +561,7 @@ class Communicator:
                     platform.wait_stream(self._stream)
                 with self._lock:
                     self._launch_running = False
+                    self._ahead = False     # the stream is idle: any launch ahead has ended
                     self._wake.notify_all()
                 # A daemon that quit while stuck is relaunched when something changed on any
                 # rank (a submission, a step), else after a growing pause: device syncs that

@@ -123,7 +123,9 @@ TRACE_KINDS = {1: "absorbed", 2: "loaded", 3: "preempted", 4: "completed", 5: "l
 
 POOL_HEADER = np.dtype([
     ("cq_reserve", I8),
-    ("pad", I8, 31),
+    ("pad", I8, 15),
+    ("block_quits", I8),      # daemon blocks that have exited, ever (device-side count)
+    ("pad2", I8, 15),
     ("done", I8, MAX_COLLS),   # blocks that finished each collective, ever
     ("colls", COLL_ENTRY, MAX_COLLS),
     ("sq_frontier", I8, MAX_BLOCKS),
@@ -174,6 +176,7 @@ CQ_SIZE = CQ_ENTRY.itemsize
 CQ_F = {name: word(CQ_ENTRY, name) for name in CQ_ENTRY.names}
 
 P_CQ_RESERVE = word(POOL_HEADER, "cq_reserve")
+P_BLOCK_QUITS = word(POOL_HEADER, "block_quits")
 P_DONE = word(POOL_HEADER, "done")
 P_COLLS = word(POOL_HEADER, "colls")
 P_SQ_FRONTIER = word(POOL_HEADER, "sq_frontier")

@@ -16,3 +16,10 @@ def test_a_held_daemon_outlives_its_quit_time_and_quits_once_released():
         assert out["held"]["running"] and out["held"]["quits"] == 0
         assert out["total"] == [3.0] * 4               # a held daemon still runs the work
         assert not out["running_after"]                # released: it quit
+
+
+def test_a_held_launch_that_lost_a_block_ends_whole_and_is_relaunched():
+    quit_after = get_policy("dfccl").param_array(platform.SIMULATOR)[3] / 1e9
+    seconds = 4 * quit_after if platform.SIMULATOR else 0.05
+    (out,) = pydfccl.launch(workers.held_launch_losing_a_block, 1, args=(seconds,))
+    assert out["before"] == 1 and out["after"] == 2, out

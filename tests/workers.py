@@ -457,3 +457,26 @@ def held_daemon(comm, seconds: float):
     while comm._launch_running and time.monotonic() < deadline:
         time.sleep(0.01)
     return dict(unheld=unheld, held=held, total=total, running_after=comm._launch_running)
+
+
+def held_launch_losing_a_block(comm, seconds: float):
+    """A held launch in which a block has quit (counted in the pool's block_quits, bumped
+    here as if a sibling block had exited before the hold) ends whole and is relaunched."""
+    from pydfccl import layout as L
+
+    comm.prepare(0, "all_reduce", count=4, dtype="float32")
+    comm.start()
+    comm.hold_daemon()
+    comm.start_daemon()
+    deadline = time.monotonic() + 30
+    while not comm._launch_running and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(seconds)
+    before = comm.stats()["launches"]
+    pool = comm.world.pools[comm.rank]
+    quits = int(pool.read(L.P_BLOCK_QUITS, 8).view(np.int64)[0])
+    pool.write(L.P_BLOCK_QUITS, np.array([quits + 1], np.int64))
+    time.sleep(4 * seconds)
+    after = comm.stats()["launches"]
+    comm.release_daemon()
+    return dict(before=before, after=after)

@@ -46,8 +46,8 @@ CTL_SQ, SQ_SIZE, SQ_CAP = L.CTL_SQ, L.SQ_SIZE, L.SQ_CAP
 SQ_SEQ, SQ_COLL, SQ_SEND, SQ_RECV, SQ_PRIO = (L.SQ_F[k] for k in ("seq", "coll", "send", "recv", "priority"))
 CTL_CQ, CQ_SIZE, CQ_CAP = L.CTL_CQ, L.CQ_SIZE, L.CQ_CAP
 CQ_STAMP, CQ_COLL = L.CQ_F["stamp"], L.CQ_F["coll"]
-P_CQ_RESERVE, P_DONE, P_COLLS, P_SQ_FRONTIER, P_TASKS = (
-    L.P_CQ_RESERVE, L.P_DONE, L.P_COLLS, L.P_SQ_FRONTIER, L.P_TASKS)
+P_CQ_RESERVE, P_DONE, P_COLLS, P_SQ_FRONTIER, P_TASKS, P_BLOCK_QUITS = (
+    L.P_CQ_RESERVE, L.P_DONE, L.P_COLLS, L.P_SQ_FRONTIER, L.P_TASKS, L.P_BLOCK_QUITS)
 # The collective table and a block's task contexts are read and written with plain
 # (cacheable, pipelined) loads and stores: the table is constant while the daemon runs and
 # a block's contexts belong to that block's thread 0 alone. Offsets in int64 words.
@@ -75,8 +75,8 @@ CMD_MOVE, CMD_EXIT = 1, 2
 (S_POS, S_CUR, S_TRIES_LEFT, S_THRESH, S_KIND, S_IDLE_SINCE, S_FRONTIER, S_STEP, S_LOOP,
  S_SENT, S_RECVD, S_SEND, S_RECV, S_BEGIN, S_END, S_NLOOPS, S_SLOT_ELEMS, S_DTYPE, S_OP,
  S_ITEMSIZE, S_TRIES, S_COMPLETED, S_PREEMPTIONS, S_PROGRESS, S_FLAGS, S_ROOT, S_COUNT,
- S_ABORT_SEEN, S_LOCAL, S_TRACE_HEAD, S_CONN, S_TO_CONN, S_FROM_CONN) = range(33)
-S_WORDS = 33
+ S_ABORT_SEEN, S_LOCAL, S_TRACE_HEAD, S_CONN, S_TO_CONN, S_FROM_CONN, S_QUITS0) = range(34)
+S_WORDS = 34
 
 # Host memory is a PCIe round trip away (about a microsecond), so the hot path avoids it: the
 # abort word is read at most every ABORT_CHECK_NS, and a block's status row (what the
@@ -192,10 +192,16 @@ def make_daemon(policy):
     should_quit = cuda.jit(device=True)(policy.should_quit)
 
     @cuda.jit(device=True)
-    def _may_quit(params, ctl, idle):
-        """The policy says quit, and the host does not hold the daemon (its hold word is
-        host memory, read only once the policy says yes)."""
-        return should_quit(params, idle) != 0 and load_volatile(ctl + CTL_HOLD) == 0
+    def _may_quit(st, params, ctl, pool, idle):
+        """The policy says quit, and either the host does not hold the daemon (its hold word
+        is host memory, read only once the policy says yes) or another block of this launch
+        has already quit: a collective needs every block, so a launch that lost one must end
+        whole to be relaunched, hold or not."""
+        if should_quit(params, idle) == 0:
+            return False
+        if load_volatile(pool + P_BLOCK_QUITS) != st[S_QUITS0]:
+            return True
+        return load_volatile(ctl + CTL_HOLD) == 0
 
     @cuda.jit(device=True)
     def absorb(st, act, akey, sh, params, ctl, pool, colls, tasks, block, nblocks, nranks,
@@ -293,13 +299,13 @@ def make_daemon(policy):
                     absorb(st, act, akey, sh, params, ctl, pool, colls, tasks, block, nblocks,
                            nranks, slot_bytes)
                     if sh[SH_NACT] == 0:
-                        if _may_quit(params, ctl, now_ns() - st[S_IDLE_SINCE]):
+                        if _may_quit(st, params, ctl, pool, now_ns() - st[S_IDLE_SINCE]):
                             sh[SH_CMD] = CMD_EXIT
                             return
                         backoff()
                         continue
                 if st[S_POS] >= sh[SH_NACT]:    # the pass is over
-                    if _may_quit(params, ctl, now_ns() - st[S_IDLE_SINCE]):
+                    if _may_quit(st, params, ctl, pool, now_ns() - st[S_IDLE_SINCE]):
                         sh[SH_CMD] = CMD_EXIT
                         return
                     st[S_POS] = 0
@@ -418,6 +424,8 @@ def make_daemon(policy):
         st[S_PREEMPTIONS] = load_volatile(status + BS_PREEMPTIONS)
         st[S_PROGRESS] = load_volatile(status + BS_PROGRESS)
         st[S_TRACE_HEAD] = load_volatile(pool + P_TRACE_HEAD + block * 8)
+        st[S_QUITS0] = load_volatile(pool + P_BLOCK_QUITS)   # blocks start together; none
+        #                                                       quits within QUIT_AFTER
         _trace(st, pool, block, EV_LAUNCHED, -1, 0, 0, 0)
         sh[SH_NACT] = 0
         for coll in range(MAX_COLLS):
@@ -462,6 +470,7 @@ def make_daemon(policy):
             if tid == 0:
                 post_step(st, ctl, nranks, block)
         if tid == 0:
+            atomic_add_gpu(pool + P_BLOCK_QUITS, 1)
             _trace(st, pool, block, EV_QUIT, -1, 0, 0, 0)
             status = _status(ctl, block)
             store_volatile(status + BS_PROGRESS, st[S_PROGRESS])

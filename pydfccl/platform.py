@@ -35,8 +35,8 @@ else:
 __all__ = ["SIMULATOR", "WAIT_SPIN_SECONDS", "gpu_available", "DeviceBuffer", "HostBuffer",
            "PeerBuffer", "ipc_handle", "use_device", "bind_thread", "mps_active",
            "device_attribute", "device_memory_used", "driver_result", "address_of", "empty",
-           "new_stream", "destroy_stream", "launch", "launch_ahead", "wait_stream", "synchronize_device",
-           "deferred_frees", "to_numpy", "copy_in", "precise_sleeps", "NUMBA_DEVICE_ARRAY",
+           "new_stream", "destroy_stream", "launch", "launch_ahead", "wait_stream",
+           "synchronize_device", "deferred_frees", "to_numpy", "copy_in", "precise_sleeps", "NUMBA_DEVICE_ARRAY",
            "clear_layout_cache"]
 
 
@@ -284,10 +284,10 @@ _staging: dict = {}
 
 def _staged():
     """(pinned host buffer, lock, copy stream) of the current device. pydfccl's own copies go
-    through pinned memory: a copy to or from pageable memory is staged by the driver, and on
-    the H200 such a copy by the poller (the trace drain) waited behind a pageable copy of
-    the application's, itself waiting on a stream gated on a collective that only the
-    poller could complete (DDP's construction, ``gpu_check.sh torch_diag``, 2026-11-29)."""
+    through pinned memory, so that each is one DMA on pydfccl's stream, waited for on that
+    stream alone, rather than a copy the driver stages through buffers of its own. (This did
+    not cure the torch stall it was first written for, 2026-11-29: there a pinned copy
+    waited just as a pageable one had; see ``progress`` and ``Communicator.hold_daemon``.)"""
     device = cuda.get_current_device().id
     with _copy_streams_lock:
         if device not in _staging:

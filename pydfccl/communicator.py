@@ -144,6 +144,7 @@ class Communicator:
         self._launches = 0
         self._launch_running = False
         self._holds = 0            # hold_daemon() calls not yet released
+        self._frees_held = None    # Numba's frees, held while the daemon is (see hold_daemon)
         self._exits_at_launch = 0  # the blocks' exit count when the running launch began
         self._ahead = False        # a launch queued by start_daemon that the loop has not seen end
         self._error: Exception | None = None
@@ -380,10 +381,18 @@ class Communicator:
         gains nothing, and the relaunch that would follow can itself wait behind the
         application: on the H200 under MPS a ``cuLaunchKernel`` of the launch thread waited
         while the main thread sat in a synchronous copy from the waiting stream (DDP's
-        construction, 2026-11-29). Touches no device: safe under the caller's locks."""
+        construction, 2026-11-29). Makes no device call that can wait: safe under the
+        caller's locks.
+
+        While held, Numba's device frees are held too, process-wide: a ``cuMemFree`` waits
+        for every kernel, the held daemon among them, and the garbage collector may make
+        one on the poller, which must complete the run that ends the hold."""
         with self._lock:
             self._holds += 1
             self._hold_word[0] = self._holds
+            if self._frees_held is None:
+                self._frees_held = platform.deferred_frees()
+                self._frees_held.__enter__()
             self._wake.notify_all()
 
     def start_daemon(self) -> None:
@@ -412,6 +421,14 @@ class Communicator:
                 self._holds -= 1
                 self._hold_word[0] = self._holds
                 self._wake.notify_all()
+            if self._holds == 0:
+                self._let_frees_go()
+
+    def _let_frees_go(self) -> None:
+        """End the hold on Numba's frees that ``hold_daemon`` took (caller holds the lock)."""
+        if self._frees_held is not None:
+            self._frees_held.__exit__(None, None, None)
+            self._frees_held = None
 
     def synchronize_device(self) -> None:
         """A device-wide synchronize, the call that deadlocks NCCL-style libraries.
@@ -509,6 +526,9 @@ class Communicator:
         self._row["heartbeat"] = -1      # gone on purpose: not a failure for the peers
         self._row["abort"] = 1
         with self._lock:
+            self._holds = 0              # the daemon aborts; holds end with it
+            self._hold_word[0] = 0
+            self._let_frees_go()
             self._wake.notify_all()
         if started:
             poller.remove(self)
@@ -704,23 +724,31 @@ class Communicator:
                 self._launch_once()
             done.append((index, future, buffers))
         if done:
-            # The last references to the runs' buffers may go here, on the poller: Numba
-            # must not free device memory on this thread (``platform.deferred_frees``).
-            with platform.deferred_frees():
-                self._complete(done)
-                count = len(done)
-                done.clear()
+            count = len(done)
+            self._complete(done)
             return count
         return 0
 
     def _complete(self, done: list) -> None:
-        for index, future, buffers in done:
-            for role in dropped_by_user(buffers):     # before set_result: it holds recv
-                self._dropped_buffers += 1
-                logger.warning("rank %d: collective %d's %s buffer was dropped by the user "
-                               "before the collective completed; pydfccl kept it alive until "
-                               "then", self.rank, self._by_index[index], role)
-            future.set_result(buffers[1])
+        """Set the futures of ``done`` (and empty it). Device memory must not be freed on
+        this thread (the poller, or a thread waiting in ``result()``): ``cuMemFree`` waits
+        for every kernel on the device, a daemon that never quits among them. A free can
+        happen here when the user dropped a run's buffers (this holds their last reference),
+        in a done-callback, or under a daemon that never quits; only then are Numba's frees
+        held (``platform.deferred_frees``), which costs microseconds per completion."""
+        dropped = [dropped_by_user(buffers) for _, _, buffers in done]  # before set_result,
+        #                                                                   which holds recv
+        risky = (not self.policy.quits or any(dropped)
+                 or any(future._done_callbacks for _, future, _ in done))
+        with platform.deferred_frees() if risky else nullcontext():
+            for (index, future, buffers), roles in zip(done, dropped):
+                for role in roles:
+                    self._dropped_buffers += 1
+                    logger.warning("rank %d: collective %d's %s buffer was dropped by the "
+                                   "user before the collective completed; pydfccl kept it "
+                                   "alive until then", self.rank, self._by_index[index], role)
+                future.set_result(buffers[1])
+            done.clear()
 
     def _set_error(self, error: Exception) -> None:
         with self._lock:

@@ -570,14 +570,16 @@ class Communicator:
                         self._wake.wait(min(pause, 2e-4) if pause else 0.05)
                     if self._state != "started" or self._row["abort"][0]:
                         return
-                    self._launches += 1
+                    adopt = self._ahead       # start_daemon launched it: wait for that one
+                    self._launches += 0 if adopt else 1
                     self._launch_running = True
                     self._exits_at_launch = int(self._blocks["exits"].sum())
                     self._wake.notify_all()
                 before = self._world_activity()
                 with platform.deferred_frees() if not self.policy.quits else nullcontext():
-                    platform.launch(self._daemon, cfg.nblocks, cfg.nthreads, self._stream,
-                                    self._launch_args)
+                    if not adopt:
+                        platform.launch(self._daemon, cfg.nblocks, cfg.nthreads,
+                                        self._stream, self._launch_args)
                     platform.wait_stream(self._stream)
                 with self._lock:
                     self._launch_running = False

@@ -412,7 +412,8 @@ class Communicator:
                                              self._stream, self._launch_args)
             with self._lock:
                 self._launches += int(launched)
-                self._ahead = launched
+                if not launched:          # (if it was, the loop may have adopted it already)
+                    self._ahead = False
 
     def release_daemon(self) -> None:
         """Undo one ``hold_daemon``: the daemon may quit again when its policy says so."""

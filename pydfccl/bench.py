@@ -4,7 +4,8 @@
 (issue 5's "many at once": 64 concurrent 4 KiB all-reduces, ``--colls 64 --count 1024``);
 the baseline then launches a kernel for each. Measured in the same run: pydfccl's
 persistent daemon (the policy given) and the launch-per-collective baseline (the same
-kernel code, launched once per collective, no daemon), each with a Python thread per rank (``launch``) and, on a GPU, with one thread
+kernel code, launched once per collective, no daemon), each with a Python thread per rank
+(``launch``) and, on a GPU, with one thread
 driving every rank (``init_all``). This is a benchmark, not a test: it prints a table and
 asserts only that every result was right.
 """

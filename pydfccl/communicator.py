@@ -572,7 +572,8 @@ class Communicator:
                     if self._state != "started" or self._row["abort"][0]:
                         return
                     adopt = self._ahead       # start_daemon launched it: wait for that one
-                    self._launches += 0 if adopt else 1
+                    if not adopt:
+                        self._launches += 1
                     self._launch_running = True
                     self._exits_at_launch = int(self._blocks["exits"].sum())
                     self._wake.notify_all()
@@ -602,7 +603,6 @@ class Communicator:
         return DeadlockError(report) if report.startswith("deadlock") else AbortedError(report)
 
     # -- what the process's poller calls (pydfccl.progress) -----------------------------------
-
 
     HEARTBEAT_NS = 10_000_000
 

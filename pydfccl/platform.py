@@ -36,8 +36,8 @@ __all__ = ["SIMULATOR", "WAIT_SPIN_SECONDS", "gpu_available", "DeviceBuffer", "H
            "PeerBuffer", "ipc_handle", "use_device", "bind_thread", "mps_active",
            "device_attribute", "device_memory_used", "driver_result", "address_of", "empty",
            "new_stream", "destroy_stream", "launch", "launch_ahead", "wait_stream",
-           "synchronize_device", "deferred_frees", "to_numpy", "copy_in", "precise_sleeps", "NUMBA_DEVICE_ARRAY",
-           "clear_layout_cache"]
+           "synchronize_device", "deferred_frees", "to_numpy", "copy_in", "precise_sleeps",
+           "NUMBA_DEVICE_ARRAY", "clear_layout_cache"]
 
 
 # How long a thread in ``Future.result()`` watches for its completion itself (spinning
@@ -411,9 +411,10 @@ _frees_lock = threading.Lock()
 def deferred_frees():
     """A context in which Numba queues device frees instead of making them. ``cuMemFree``
     may wait for every kernel on the device, and a kernel that never quits (a daemon under
-    the ``nccl`` policy, stuck in a deadlock) would then stall the thread that freed. The
-    poller completes futures in this context (it may drop the last reference to a buffer),
-    and a daemon that never quits runs in it: the garbage collector can free anywhere,
+    the ``nccl`` policy, stuck in a deadlock) would then stall the thread that freed. A
+    thread completing futures enters it when a free could happen there (a dropped buffer, a
+    done-callback), a daemon that never quits runs in it, and so does a held daemon
+    (``Communicator.hold_daemon``): the garbage collector can free anywhere,
     including on the poller, which must always get back to its watchdog. Numba's hold is
     a plain counter shared by all threads, hence the lock."""
     hold = cuda.defer_cleanup()

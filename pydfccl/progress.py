@@ -4,15 +4,15 @@ Ranks that are threads of one process share one GIL, so a poller per rank means 
 threads taking the GIL every few microseconds, and a rank thread that has just learned of
 its completion waits behind them. One poller serves every communicator of the process
 instead. While collectives are outstanding it watches all their next CQ stamps at once with
-the GIL released (``hostspin``), then completes futures and runs done-callbacks, and runs each
-communicator's watchdog. It touches host memory only, never the device: a device copy can
-wait behind the application's streams (on the H200 under MPS, behind a torch stream gated
-on a collective that only this thread could complete). The daemons' event logs are copied
-from the device by a thread of their own (``_drain_traces``), before a ring wraps. It leaves the GIL
-alone while a rank thread is itself waiting in ``Future.result()`` (that thread drains its
-own CQ), and sleeps on a condition (50 ms at a time) when nothing is outstanding. Every
-turn it refreshes each communicator's heartbeat in the shared control rows: a peer whose
-heartbeat stops is reported as a failed rank (``watchdog.silent_ranks``).
+the GIL released (``hostspin``), then completes futures and runs done-callbacks, and runs
+each communicator's watchdog. It touches host memory only, never the device: a device copy
+can wait behind the application's streams (on the H200 under MPS, behind a torch stream
+gated on a collective that only this thread could complete). The daemons' event logs are
+copied from the device by a thread of their own (``_drain_traces``), before a ring wraps.
+It leaves the GIL alone while a rank thread is itself waiting in ``Future.result()`` (that
+thread drains its own CQ), and sleeps on a condition (50 ms at a time) when nothing is
+outstanding. Every turn it refreshes each communicator's heartbeat in the shared control
+rows: a peer whose heartbeat stops is reported as a failed rank (``watchdog.silent_ranks``).
 """
 
 from __future__ import annotations
@@ -97,7 +97,6 @@ class Poller:
                                    SPINS_PER_CALL)
             else:
                 time.sleep(SLEEP_WHEN_QUIET if quiet < QUIET_LOOKS else 1e-4)
-
 
     def _drain_traces(self) -> None:
         """Copy new event-log records from the device every few milliseconds, for every

@@ -5,12 +5,13 @@ it takes new work from the submission queue (SQ), keeps the block's active tasks
 the policy's order, loads a task (restoring its saved context), spins for the next step's
 data and slot credit within the policy's time budget (nanoseconds, ``%globaltimer``), and
 either hands the step to the whole block (``move``) or preempts the task, saving its
-context. The last block to finish a collective writes the completion queue (CQ). Thread 0 also appends every event (task
-absorbed, loaded, preempted, completed; block launched, quit) to the block's event log in
-the pool, which the host drains for ``Communicator.trace()``. When the policy says it has
-gone too long without progress (idle, or stuck) the block exits (voluntary quit), unless the
-host holds it (the control row's hold word: a stream of the host waits on a collective);
-the host relaunches it when work is outstanding.
+context. The last block to finish a collective writes the completion queue (CQ). Thread 0
+also appends every event (task absorbed, loaded, preempted, completed; block launched,
+quit) to the block's event log in the pool, which the host drains for
+``Communicator.trace()``. When the policy says it has gone too long without progress (idle,
+or stuck) the block exits (voluntary quit), unless the host holds it (the control row's
+hold word: a stream of the host waits on a collective); the host relaunches it when work is
+outstanding.
 
 ``make_daemon(policy)`` compiles the policy's five functions into a daemon (one signature:
 eight int64 scalars; cached on disk under a key of its sources, see ``compiler``); one

@@ -14,8 +14,9 @@ import os as _os
 # holds a daemon and, on torch's stream, a wait for a collective that only the daemon can
 # finish: the first launch of a torch kernel (a layer_norm) then stalled both ranks, the
 # daemon's relaunch and the poller's copies behind it (``gpu_check.sh train2_diag``,
-# 2026-11-29, docs/gpu.md). Loading every kernel when the context is made should avoid it
-# (not yet run on the GPU); it must be set before torch or Numba initializes CUDA.
+# 2026-11-29, docs/gpu.md). With every kernel loaded when the context is made, the
+# example trained with 2 and 4 rank processes (``gpu_torch.sh``, 18:33 the same day); it
+# must be set before torch or Numba initializes CUDA.
 _os.environ.setdefault("CUDA_MODULE_LOADING", "EAGER")
 
 from .backend import BACKEND_NAME, C10dStoreGroup, ProcessGroupDfccl, register, status_report

@@ -12,7 +12,7 @@ import torch.distributed as dist
 from .. import platform
 from ..codes import OPS
 
-__all__ = ["op_name", "dtype_name", "check_tensor", "as_buffer"]
+__all__ = ["op_name", "torch_op", "dtype_name", "check_tensor", "as_buffer"]
 
 _OPS = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.PRODUCT: "prod", dist.ReduceOp.MAX: "max",
         dist.ReduceOp.MIN: "min", dist.ReduceOp.AVG: "avg"}
@@ -37,6 +37,14 @@ def op_name(op) -> str:
             break
     raise ValueError(f"pydfccl.torch: reduce op {op!r} is not supported; supported: "
                      "SUM, PRODUCT, MAX, MIN, AVG")
+
+
+def torch_op(name: str):
+    """The ``torch.distributed.ReduceOp`` of pydfccl's op ``name`` (``op_name`` reversed)."""
+    for torch_op_, op in _OPS.items():
+        if op == name:
+            return torch_op_
+    raise ValueError(f"pydfccl.torch: no torch reduce op for {name!r}")
 
 
 def dtype_name(dtype: torch.dtype) -> str:

@@ -4,8 +4,8 @@
 NCCL refuses two ranks on one GPU, so it runs only where there is a GPU per rank; the
 ``gloo`` backend (CPU tensors) runs the same code anywhere, which is how CI checks it. Each
 rank times ``iters`` back-to-back calls after ``warmup`` ones, between two device
-synchronizations (as nccl-tests does), and checks the last result against pydfccl's
-reference; the sweep keeps the slowest rank's time.
+synchronizations (as nccl-tests does), then runs once more from fresh inputs and checks
+that result against pydfccl's reference; the sweep keeps the slowest rank's time.
 
 Run by ``run_torch_sweep``; each rank is ``python -m pydfccl.torch.nccl_bench OPTIONS_JSON``.
 """
@@ -17,9 +17,8 @@ import os
 import sys
 import time
 
-__all__ = ["run_torch_sweep", "torch_baseline_unavailable", "TORCH_OPS"]
+__all__ = ["run_torch_sweep", "torch_baseline_unavailable"]
 
-TORCH_OPS = {"sum": "SUM", "prod": "PRODUCT", "max": "MAX", "min": "MIN", "avg": "AVG"}
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all")
 
 
@@ -100,6 +99,7 @@ def _rank_main(spec: dict) -> list:
 
     from ..reference import buffer_elems, reference
     from ..sweep import _input
+    from .convert import torch_op
 
     rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     cuda = spec["backend"] == "nccl"
@@ -108,7 +108,7 @@ def _rank_main(spec: dict) -> list:
         torch.cuda.set_device(device)
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     dist.init_process_group(spec["backend"], rank=rank, world_size=size)
-    op = getattr(dist.ReduceOp, TORCH_OPS[spec["op"]])
+    op = torch_op(spec["op"])
     in_place = spec["coll"] in ("all_reduce", "broadcast", "reduce")
     rows = []
     for _, count in spec["steps"]:

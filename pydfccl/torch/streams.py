@@ -9,8 +9,9 @@ result waits with ``cuStreamWaitValue64(done >= j + 1)``, which the GPU's front 
 evaluates without occupying an SM, so it cannot keep the daemon from running.
 
 All CUDA driver calls are in ``DriverStreamOps``; tests pass a stand-in with the same
-three methods. On the H200 the gate's driver calls ran under the stand-in-communicator tests
-(2026-11-29); ranks as processes stalled on lazy kernel loading (docs/torch.md).
+three methods. On the H200 (2026-11-29) the gate's driver calls ran under the stand-in
+communicator tests and in the example with rank processes; the hold (``Ticket.wait_on``)
+has not run there yet (docs/torch.md).
 """
 
 from __future__ import annotations

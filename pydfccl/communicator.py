@@ -146,7 +146,9 @@ class Communicator:
         self._holds = 0            # hold_daemon() calls not yet released
         self._frees_held = None    # Numba's frees, held while the daemon is (see hold_daemon)
         self._exits_at_launch = 0  # the blocks' exit count when the running launch began
-        self._ahead = False        # a launch queued by start_daemon that the loop has not seen end
+        # start_daemon's launch from the caller's thread: "queuing" until it is on the
+        # stream, then "queued" until the launch loop has seen it end (None: none)
+        self._ahead = None
         self._error: Exception | None = None
         self._drain_lock = threading.Lock()
         self._helpers = 0          # threads waiting in Future.result() right now
@@ -404,16 +406,20 @@ class Communicator:
         with self._lock:
             whole = (self._launch_running
                      and int(self._blocks["exits"].sum()) == self._exits_at_launch)
-            start = self._state == "started" and not whole and not self._ahead
-            self._ahead = self._ahead or start
+            start = self._state == "started" and not whole and self._ahead is None
+            if start:
+                self._ahead = "queuing"   # the loop waits for it rather than launching
         if start:
             cfg = self.world.config
-            launched = platform.launch_ahead(self._daemon, cfg.nblocks, cfg.nthreads,
-                                             self._stream, self._launch_args)
-            with self._lock:
-                self._launches += int(launched)
-                if not launched:          # (if it was, the loop may have adopted it already)
-                    self._ahead = False
+            launched = False
+            try:
+                launched = platform.launch_ahead(self._daemon, cfg.nblocks, cfg.nthreads,
+                                                 self._stream, self._launch_args)
+            finally:
+                with self._lock:
+                    self._launches += int(launched)
+                    self._ahead = "queued" if launched else None
+                    self._wake.notify_all()
 
     def release_daemon(self) -> None:
         """Undo one ``hold_daemon``: the daemon may quit again when its policy says so."""
@@ -564,14 +570,17 @@ class Communicator:
                 paused_at = time.perf_counter()
                 with self._lock:
                     while self._state == "started" and not self._row["abort"][0]:
-                        if (self._outstanding() or self._holds) and (
-                                pause == 0 or self._world_activity() != activity
-                                or time.perf_counter() - paused_at >= pause):
+                        if self._ahead == "queued" or (
+                                (self._outstanding() or self._holds) and self._ahead is None
+                                and (pause == 0 or self._world_activity() != activity
+                                     or time.perf_counter() - paused_at >= pause)):
                             break
                         self._wake.wait(min(pause, 2e-4) if pause else 0.05)
                     if self._state != "started" or self._row["abort"][0]:
                         return
-                    adopt = self._ahead       # start_daemon launched it: wait for that one
+                    # start_daemon queued a launch (and the loop waited while it was being
+                    # queued): wait for that one instead of queueing another behind it
+                    adopt = self._ahead == "queued"
                     if not adopt:
                         self._launches += 1
                     self._launch_running = True
@@ -585,7 +594,8 @@ class Communicator:
                     platform.wait_stream(self._stream)
                 with self._lock:
                     self._launch_running = False
-                    self._ahead = False     # the stream is idle: any launch ahead has ended
+                    if self._ahead == "queued":   # the stream is idle: it has ended
+                        self._ahead = None
                     self._wake.notify_all()
                 # A daemon that quit while stuck is relaunched when something changed on any
                 # rank (a submission, a step), else after a growing pause: device syncs that

@@ -81,6 +81,16 @@ for s in $stages; do
                 stage torch_tests 200 env PYDFCCL_TEST_STALL=40 $PY -m pytest -q -rfE --tb=short -p no:cacheprovider tests/test_torch.py
                 stage ddp_timing2 90 $PY examples/ddp_timing.py --nranks 2 --steps 30 --device cuda --stall 30 --timeout 80
                 echo quit | nvidia-cuda-mps-control ;;
+    hold)       stage hold 150 $PY -m pytest -q -rfE --tb=short -p no:cacheprovider tests/test_hold.py ;;
+    torch_native) # the multi-process torch cases under MPS; a rank stuck for 12 s prints its
+                # status, its Python stacks and (cuda-gdb attached) every thread's native stack
+                nvidia-cuda-mps-control -d; sleep 1
+                for case in ddp collectives; do
+                  n=2; [ $case = collectives ] && n=3
+                  stage native_$case 200 env PYDFCCL_TEST_STALL=12 PYDFCCL_STALL_NATIVE=1 $PY -c "import sys; from pydfccl.torch.spawn import spawn_ranks; rs = spawn_ranks(['tests/torch_workers.py', '$case'], $n, timeout=190); sys.exit(max(abs(r.returncode) for r in rs))"
+                done
+                stage native_ddp_timing 150 env PYDFCCL_STALL_NATIVE=1 $PY examples/ddp_timing.py --nranks 2 --steps 30 --device cuda --stall 8 --timeout 140
+                echo quit | nvidia-cuda-mps-control ;;
     bench_mps)  # the latency benchmark with ranks as processes under MPS (no GIL shared by ranks)
                 nvidia-cuda-mps-control -d; sleep 1
                 stage bench_mps 90 env PYDFCCL_BACKEND=processes $PY -m pydfccl bench latency -n 2 --iters 5000 --driver threads

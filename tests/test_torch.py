@@ -52,6 +52,17 @@ class FakeComm:
     def __init__(self, rank=0, nranks=2):
         self.rank, self.nranks = rank, nranks
         self.prepared, self.runs = [], []
+        self.holds = 0          # on CUDA a stream's wait holds the daemon until the run ends
+
+    def hold_daemon(self):
+        self.holds += 1
+
+    def start_daemon(self):
+        pass
+
+    def release_daemon(self):
+        assert self.holds > 0, "released more often than held"
+        self.holds -= 1
 
     def prepare(self, coll_id, kind, count, dtype, op="sum", root=0, peer=None):
         self.prepared.append((coll_id, kind, count, dtype, op, root, peer))
@@ -82,6 +93,7 @@ def test_signatures_get_ids_in_first_seen_order(group):
         (0, "all_reduce"), (1, "all_reduce"), (2, "broadcast"),
         (base + (1 << 20), "send"), (base + (1 << 20) + 1, "send"), (base + (2 << 20), "recv")]
     assert comm.runs == [0, 1, 0, 2, base + (1 << 20), base + (1 << 20) + 1, base + (2 << 20)]
+    assert comm.holds == 0
 
 
 def test_a_failed_run_sticks_to_the_group(group):

@@ -143,6 +143,7 @@ class Communicator:
         self._cq_head = 0
         self._launches = 0
         self._launch_running = False
+        self._launch_queued = False  # the running launch is on the stream (not just claimed)
         self._holds = 0            # hold_daemon() calls not yet released
         self._frees_held = None    # Numba's frees, held while the daemon is (see hold_daemon)
         self._exits_at_launch = 0  # the blocks' exit count when the running launch began
@@ -398,15 +399,18 @@ class Communicator:
             self._wake.notify_all()
 
     def start_daemon(self) -> None:
-        """Launch the daemon now, from the calling thread, unless a whole launch of it is
-        running: before the caller can block in a CUDA call that a launch from the launch
-        thread would wait behind. A launch that lost a block (it quit before a hold) ends
-        whole soon, so another is queued behind it on its stream. (Under the simulator the
-        launch thread does it: a launch runs on its caller.)"""
-        with self._lock:
-            whole = (self._launch_running
-                     and int(self._blocks["exits"].sum()) == self._exits_at_launch)
-            start = self._state == "started" and not whole and self._ahead is None
+        """Launch the daemon now, from the calling thread (after ``hold_daemon``), unless a
+        launch of it is on its stream with every block staying: before the caller can
+        block in a CUDA call that a launch from the launch thread would wait behind (a
+        launch the loop has decided on but not yet made, too). A launch with a block that
+        has quit or is quitting ends whole soon, so another is queued behind it on its
+        stream. (Under the simulator the launch thread does it: a launch runs on its
+        caller.)"""
+        with self._lock:     # its acquire is an atomic instruction: a full fence after
+            #                  hold_daemon's store of the hold word, before the reads of the
+            #                  blocks' quitting marks (see the daemon's _may_quit)
+            start = (self._state == "started" and not self._launch_staying()
+                     and self._ahead is None)
             if start:
                 self._ahead = "queuing"   # the loop waits for it rather than launching
         if start:
@@ -420,6 +424,13 @@ class Communicator:
                     self._launches += int(launched)
                     self._ahead = "queued" if launched else None
                     self._wake.notify_all()
+
+    def _launch_staying(self) -> bool:
+        """A launch is on the stream and none of its blocks has quit or marked itself
+        quitting (caller holds the lock)."""
+        return (self._launch_running and self._launch_queued
+                and int(self._blocks["exits"].sum()) == self._exits_at_launch
+                and not self._row["quitting"][0][:self.world.config.nblocks].any())
 
     def release_daemon(self) -> None:
         """Undo one ``hold_daemon``: the daemon may quit again when its policy says so."""
@@ -584,6 +595,9 @@ class Communicator:
                     if not adopt:
                         self._launches += 1
                     self._launch_running = True
+                    self._launch_queued = adopt
+                    if not adopt:     # the stream is idle: marks of ended launches go
+                        self._row["quitting"][0] = 0
                     self._exits_at_launch = int(self._blocks["exits"].sum())
                     self._wake.notify_all()
                 before = self._world_activity()
@@ -591,9 +605,11 @@ class Communicator:
                     if not adopt:
                         platform.launch(self._daemon, cfg.nblocks, cfg.nthreads,
                                         self._stream, self._launch_args)
+                        with self._lock:
+                            self._launch_queued = True
                     platform.wait_stream(self._stream)
                 with self._lock:
-                    self._launch_running = False
+                    self._launch_running = self._launch_queued = False
                     if self._ahead == "queued":   # the stream is idle: it has ended
                         self._ahead = None
                     self._wake.notify_all()

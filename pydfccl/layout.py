@@ -77,6 +77,8 @@ CTL_ROW = np.dtype([
     ("hold", I8),          # > 0: the daemon must not quit voluntarily (a stream of the
     #                        host waits on one of its collectives; Communicator.hold_daemon)
     ("pad", I8),
+    ("quitting", I8, MAX_BLOCKS),  # 1: this block of the running launch has decided to
+    #                        quit (set before it reads the hold word; cleared at launch)
     ("params", I8, 8),
     ("blocks", BLOCK_STATUS, MAX_BLOCKS),
     ("sq", SQ_ENTRY, SQ_CAP),
@@ -164,6 +166,7 @@ def word(dtype: np.dtype, *path: str) -> int:
 CTL_ABORT = word(CTL_ROW, "abort")
 CTL_PARAMS = word(CTL_ROW, "params")
 CTL_HOLD = word(CTL_ROW, "hold")
+CTL_QUITTING = word(CTL_ROW, "quitting")
 CTL_PEERS_LOCAL = word(CTL_ROW, "peers_local")
 CTL_BLOCKS = word(CTL_ROW, "blocks")
 CTL_SQ = word(CTL_ROW, "sq")

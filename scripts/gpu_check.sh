@@ -91,6 +91,11 @@ for s in $stages; do
                 done
                 stage native_ddp_timing 150 env PYDFCCL_STALL_NATIVE=1 $PY examples/ddp_timing.py --nranks 2 --steps 30 --device cuda --stall 8 --timeout 140
                 echo quit | nvidia-cuda-mps-control ;;
+    train4)     # the torch example, 4 rank processes under MPS (tensor-parallel pairs, data
+                # parallel across; rank-dependent orders and implicit syncs between them)
+                nvidia-cuda-mps-control -d; sleep 1
+                stage train4 120 $PY examples/train_gpt.py --nranks 4 --tp 2 --steps 20 --device cuda --watchdog 30 --timeout 110
+                echo quit | nvidia-cuda-mps-control ;;
     bench_mps)  # the latency benchmark with ranks as processes under MPS (no GIL shared by ranks)
                 nvidia-cuda-mps-control -d; sleep 1
                 stage bench_mps 90 env PYDFCCL_BACKEND=processes $PY -m pydfccl bench latency -n 2 --iters 5000 --driver threads

@@ -14,8 +14,10 @@ def test_a_held_daemon_outlives_its_quit_time_and_quits_once_released():
     for out in per_rank:
         assert out["unheld"] == 0                      # nothing to do: never launched
         assert out["held"]["running"] and out["held"]["quits"] == 0
+        assert not any(out["held"]["marks"])             # a held block unmarks itself
         assert out["total"] == [3.0] * 4               # a held daemon still runs the work
         assert not out["running_after"]                # released: it quit
+        assert all(out["marks_after"])                 # marked before it read the hold
 
 
 def test_a_held_launch_that_lost_a_block_ends_whole_and_is_relaunched():

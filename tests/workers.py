@@ -448,15 +448,18 @@ def held_daemon(comm, seconds: float):
     comm.hold_daemon()
     comm.start_daemon()
     time.sleep(seconds)
+    nblocks = comm.world.config.nblocks
     held = dict(launches=comm.stats()["launches"], quits=comm.stats()["quits"],
-                running=comm._launch_running)
+                running=comm._launch_running,
+                marks=comm._row["quitting"][0][:nblocks].tolist())   # none quitting
     x = _fill(comm, np.full(4, comm.rank + 1, np.float32))
     total = platform.to_numpy(comm.run(0, x).result(timeout=60)).tolist()
     comm.release_daemon()
     deadline = time.monotonic() + 30
     while comm._launch_running and time.monotonic() < deadline:
         time.sleep(0.01)
-    return dict(unheld=unheld, held=held, total=total, running_after=comm._launch_running)
+    return dict(unheld=unheld, held=held, total=total, running_after=comm._launch_running,
+                marks_after=comm._row["quitting"][0][:nblocks].tolist())
 
 
 def held_launch_losing_a_block(comm, seconds: float):

@@ -25,8 +25,8 @@ from numba import cuda
 from .. import layout as L
 from ..sched.policies import PARAM_SLOTS
 from .compiler import daemon_kernel
-from .memory import (as_array, atomic_add_gpu, backoff, load_acquire, load_volatile,
-                     now_ns, store_release, store_volatile)
+from .memory import (as_array, atomic_add_gpu, backoff, fence_sys, load_acquire,
+                     load_volatile, now_ns, store_release, store_volatile)
 from .primitives import (F_POSTDIV, F_RECV, F_SEND, SPIN_ABORT, SPIN_PREEMPT, fence, move,
                          spin_wait)
 from .plans import ALL_TO_ALL, loop_elems, plan_step, step_peers, steps_per_loop
@@ -37,7 +37,7 @@ __all__ = ["make_daemon", "compile_now", "DAEMON_SIGNATURE"]
 MAX_COLLS = L.MAX_COLLS
 CTL_ABORT = L.CTL_ABORT
 CTL_PARAMS = L.CTL_PARAMS
-CTL_HOLD = L.CTL_HOLD
+CTL_HOLD, CTL_QUITTING = L.CTL_HOLD, L.CTL_QUITTING
 CTL_PEERS_LOCAL = L.CTL_PEERS_LOCAL
 CTL_BLOCKS, BS_SIZE = L.CTL_BLOCKS, L.BS_SIZE
 BS_FRONTIER, BS_COLL, BS_STEP, BS_WAITS = (L.BS[k] for k in ("sq_frontier", "coll", "step", "waits"))
@@ -193,16 +193,27 @@ def make_daemon(policy):
     should_quit = cuda.jit(device=True)(policy.should_quit)
 
     @cuda.jit(device=True)
-    def _may_quit(st, params, ctl, pool, idle):
-        """The policy says quit, and either the host does not hold the daemon (its hold word
-        is host memory, read only once the policy says yes) or another block of this launch
-        has already quit: a collective needs every block, so a launch that lost one must end
-        whole to be relaunched, hold or not."""
+    def _may_quit(st, params, ctl, pool, block, idle):
+        """The policy says quit, and either the host does not hold the daemon or another
+        block of this launch has already quit: a collective needs every block, so a launch
+        that lost one must end whole to be relaunched, hold or not.
+
+        The hold word is host memory, read only once the policy says yes, and after this
+        block has marked itself quitting behind a system fence. The host writes the hold
+        before it reads the marks (``Communicator.start_daemon``), so either this block
+        sees the hold and stays, or the host sees the mark and launches the next daemon
+        itself: never both missed."""
         if should_quit(params, idle) == 0:
             return False
+        mark = ctl + CTL_QUITTING + block * 8
+        store_volatile(mark, 1)
         if load_volatile(pool + P_BLOCK_QUITS) != st[S_QUITS0]:
             return True
-        return load_volatile(ctl + CTL_HOLD) == 0
+        fence_sys()
+        if load_volatile(ctl + CTL_HOLD) == 0:
+            return True
+        store_volatile(mark, 0)
+        return False
 
     @cuda.jit(device=True)
     def absorb(st, act, akey, sh, params, ctl, pool, colls, tasks, block, nblocks, nranks,
@@ -300,13 +311,13 @@ def make_daemon(policy):
                     absorb(st, act, akey, sh, params, ctl, pool, colls, tasks, block, nblocks,
                            nranks, slot_bytes)
                     if sh[SH_NACT] == 0:
-                        if _may_quit(st, params, ctl, pool, now_ns() - st[S_IDLE_SINCE]):
+                        if _may_quit(st, params, ctl, pool, block, now_ns() - st[S_IDLE_SINCE]):
                             sh[SH_CMD] = CMD_EXIT
                             return
                         backoff()
                         continue
                 if st[S_POS] >= sh[SH_NACT]:    # the pass is over
-                    if _may_quit(st, params, ctl, pool, now_ns() - st[S_IDLE_SINCE]):
+                    if _may_quit(st, params, ctl, pool, block, now_ns() - st[S_IDLE_SINCE]):
                         sh[SH_CMD] = CMD_EXIT
                         return
                     st[S_POS] = 0
@@ -425,6 +436,7 @@ def make_daemon(policy):
         st[S_PREEMPTIONS] = load_volatile(status + BS_PREEMPTIONS)
         st[S_PROGRESS] = load_volatile(status + BS_PROGRESS)
         st[S_TRACE_HEAD] = load_volatile(pool + P_TRACE_HEAD + block * 8)
+        store_volatile(ctl + CTL_QUITTING + block * 8, 0)
         st[S_QUITS0] = load_volatile(pool + P_BLOCK_QUITS)   # blocks start together; none
         #                                                       quits within QUIT_AFTER
         _trace(st, pool, block, EV_LAUNCHED, -1, 0, 0, 0)

@@ -479,7 +479,8 @@ class Communicator:
         outstanding count, whether its host is blocked in a sync, its preemptions, and per
         daemon block the collective it is on (by coll_id), its loop and step, and whom it
         waits for (published once a wait lasts 20 us, and at each preemption). This rank's
-        entry also lists its collectives ``in_flight`` and the runs ``queued`` behind them."""
+        entry also lists its collectives ``in_flight``, the runs ``queued`` behind them, and
+        its host's view of the ``daemon`` launches (for reports of a stuck job)."""
         out = []
         for r in range(self.nranks):
             st = rank_status(self.world, r)
@@ -491,6 +492,13 @@ class Communicator:
             out[self.rank]["in_flight"] = sorted(self._by_index[i] for i in self._inflight)
             out[self.rank]["queued"] = {self._by_index[i]: len(q)
                                         for i, q in self._pending.items() if q}
+            nblocks = self.world.config.nblocks
+            out[self.rank]["daemon"] = dict(
+                launches=self._launches, running=self._launch_running,
+                queued=self._launch_queued, ahead=self._ahead, holds=self._holds,
+                exits=int(self._blocks["exits"][:nblocks].sum()),
+                exits_at_launch=self._exits_at_launch,
+                quitting=self._row["quitting"][0][:nblocks].tolist())
         return out
 
     def trace(self) -> list[dict]:

@@ -55,6 +55,9 @@ def format_status(statuses: list[dict]) -> str:
             waits = ", ".join(f"{what} rank {peer}" for peer, what in blk["waits"])
             parts.append(f"block {blk['block']}: collective {blk['coll']} loop {blk['loop']} "
                          f"step {blk['step']}" + (f", waits for {waits}" if waits else ""))
+        if "daemon" in st:
+            parts.append("daemon launches: " + ", ".join(f"{k} {v}"
+                                                         for k, v in st["daemon"].items()))
         lines.append("; ".join(parts))
     return "\n".join(lines)
 

@@ -82,14 +82,13 @@ for s in $stages; do
                 stage ddp_timing2 90 $PY examples/ddp_timing.py --nranks 2 --steps 30 --device cuda --stall 30 --timeout 80
                 echo quit | nvidia-cuda-mps-control ;;
     hold)       stage hold 150 $PY -m pytest -q -rfE --tb=short -p no:cacheprovider tests/test_hold.py ;;
-    torch_native) # the multi-process torch cases under MPS; a rank stuck for 12 s prints its
-                # status, its Python stacks and (cuda-gdb attached) every thread's native stack
+    torch_stall) # the multi-process torch cases that stalled, under MPS; a rank stuck for
+                # 12 s (8 s in ddp_timing) prints its status and Python stacks (STALL_NATIVE=1:
+                # native stacks too, but cuda-gdb cannot attach under MPS: "Late attach is
+                # not supported with CUDA MPS", 2026-11-29 20:47)
                 nvidia-cuda-mps-control -d; sleep 1
-                for case in ddp collectives; do
-                  n=2; [ $case = collectives ] && n=3
-                  stage native_$case 200 env PYDFCCL_TEST_STALL=12 PYDFCCL_STALL_NATIVE=1 $PY -c "import sys; from pydfccl.torch.spawn import spawn_ranks; rs = spawn_ranks(['tests/torch_workers.py', '$case'], $n, timeout=190); sys.exit(max(abs(r.returncode) for r in rs))"
-                done
-                stage native_ddp_timing 150 env PYDFCCL_STALL_NATIVE=1 $PY examples/ddp_timing.py --nranks 2 --steps 30 --device cuda --stall 8 --timeout 140
+                stage stall_collectives 120 env PYDFCCL_TEST_STALL=12 PYDFCCL_STALL_NATIVE=${STALL_NATIVE:-0} $PY -c "import sys; from pydfccl.torch.spawn import spawn_ranks; rs = spawn_ranks(['tests/torch_workers.py', 'collectives'], 3, timeout=110); sys.exit(max(abs(r.returncode) for r in rs))"
+                stage stall_ddp_timing 120 env PYDFCCL_STALL_NATIVE=${STALL_NATIVE:-0} $PY examples/ddp_timing.py --nranks 2 --steps 30 --device cuda --stall 8 --timeout 110
                 echo quit | nvidia-cuda-mps-control ;;
     train4)     # the torch example, 4 rank processes under MPS (tensor-parallel pairs, data
                 # parallel across; rank-dependent orders and implicit syncs between them)

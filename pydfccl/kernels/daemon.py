@@ -198,17 +198,21 @@ def make_daemon(policy):
         block of this launch has already quit: a collective needs every block, so a launch
         that lost one must end whole to be relaunched, hold or not.
 
-        The hold word is host memory, read only once the policy says yes, and after this
-        block has marked itself quitting behind a system fence. The host writes the hold
-        before it reads the marks (``Communicator.start_daemon``), so either this block
-        sees the hold and stays, or the host sees the mark and launches the next daemon
-        itself: never both missed."""
+        The hold word is host memory, read only once the policy says yes. Seen unheld, the
+        block marks itself quitting and reads it again behind a system fence. The host
+        writes the hold before it reads the marks (``Communicator.start_daemon``), so
+        either this block sees the hold and stays, or the host sees the mark and launches
+        the next daemon itself: never both missed. (A held block stays without marking:
+        the host would take a passing mark for a quit.)"""
         if should_quit(params, idle) == 0:
             return False
         mark = ctl + CTL_QUITTING + block * 8
-        store_volatile(mark, 1)
         if load_volatile(pool + P_BLOCK_QUITS) != st[S_QUITS0]:
+            store_volatile(mark, 1)
             return True
+        if load_volatile(ctl + CTL_HOLD) != 0:
+            return False
+        store_volatile(mark, 1)
         fence_sys()
         if load_volatile(ctl + CTL_HOLD) == 0:
             return True

@@ -150,6 +150,8 @@ class Communicator:
         # start_daemon's launch from the caller's thread: "queuing" until it is on the
         # stream, then "queued" until the launch loop has seen it end (None: none)
         self._ahead = None
+        # the host's last launch decisions, (ns, what): status() shows them for a stuck job
+        self._launch_log: collections.deque = collections.deque(maxlen=24)
         self._error: Exception | None = None
         self._drain_lock = threading.Lock()
         self._helpers = 0          # threads waiting in Future.result() right now
@@ -393,6 +395,7 @@ class Communicator:
         with self._lock:
             self._holds += 1
             self._hold_word[0] = self._holds
+            self._note(f"hold {self._holds}")
             if self._frees_held is None:
                 self._frees_held = platform.deferred_frees()
                 self._frees_held.__enter__()
@@ -409,8 +412,13 @@ class Communicator:
         with self._lock:     # its acquire is an atomic instruction: a full fence after
             #                  hold_daemon's store of the hold word, before the reads of the
             #                  blocks' quitting marks (see the daemon's _may_quit)
-            start = (self._state == "started" and not self._launch_staying()
-                     and self._ahead is None)
+            staying = self._launch_staying()
+            start = self._state == "started" and not staying and self._ahead is None
+            self._note(f"start_daemon: running {self._launch_running} queued "
+                       f"{self._launch_queued} exits {int(self._blocks['exits'].sum())}/"
+                       f"{self._exits_at_launch} marks "
+                       f"{self._row['quitting'][0][:self.world.config.nblocks].tolist()} "
+                       f"ahead {self._ahead}: {'launch' if start else 'none'}")
             if start:
                 self._ahead = "queuing"   # the loop waits for it rather than launching
         if start:
@@ -423,7 +431,12 @@ class Communicator:
                 with self._lock:
                     self._launches += int(launched)
                     self._ahead = "queued" if launched else None
+                    self._note(f"launched ahead: {launched}")
                     self._wake.notify_all()
+
+    def _note(self, what: str) -> None:
+        """Remember a launch decision (caller holds the lock)."""
+        self._launch_log.append((time.monotonic_ns(), what))
 
     def _launch_staying(self) -> bool:
         """A launch is on the stream and none of its blocks has quit or marked itself
@@ -438,6 +451,7 @@ class Communicator:
             if self._holds > 0:
                 self._holds -= 1
                 self._hold_word[0] = self._holds
+                self._note(f"release {self._holds}")
                 self._wake.notify_all()
             if self._holds == 0:
                 self._let_frees_go()
@@ -499,6 +513,9 @@ class Communicator:
                 exits=int(self._blocks["exits"][:nblocks].sum()),
                 exits_at_launch=self._exits_at_launch,
                 quitting=self._row["quitting"][0][:nblocks].tolist())
+            now = time.monotonic_ns()
+            out[self.rank]["launch_log"] = [f"{(t - now) / 1e6:+.3f} ms {what}"
+                                            for t, what in self._launch_log]
         return out
 
     def trace(self) -> list[dict]:
@@ -606,6 +623,8 @@ class Communicator:
                     self._launch_queued = adopt
                     if not adopt:     # the stream is idle: marks of ended launches go
                         self._row["quitting"][0] = 0
+                    self._note(f"loop: {'adopt' if adopt else 'launch'} (outstanding "
+                               f"{self._outstanding()}, holds {self._holds})")
                     self._exits_at_launch = int(self._blocks["exits"].sum())
                     self._wake.notify_all()
                 before = self._world_activity()
@@ -615,9 +634,11 @@ class Communicator:
                                         self._stream, self._launch_args)
                         with self._lock:
                             self._launch_queued = True
+                            self._note("loop: launch queued")
                     platform.wait_stream(self._stream)
                 with self._lock:
                     self._launch_running = self._launch_queued = False
+                    self._note(f"loop: stream idle, exits {int(self._blocks['exits'].sum())}")
                     if self._ahead == "queued":   # the stream is idle: it has ended
                         self._ahead = None
                     self._wake.notify_all()

@@ -59,6 +59,7 @@ def format_status(statuses: list[dict]) -> str:
             parts.append("daemon launches: " + ", ".join(f"{k} {v}"
                                                          for k, v in st["daemon"].items()))
         lines.append("; ".join(parts))
+        lines.extend("    " + entry for entry in st.get("launch_log", ()))
     return "\n".join(lines)
 
 

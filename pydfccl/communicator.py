@@ -148,7 +148,8 @@ class Communicator:
         self._frees_held = None    # Numba's frees, held while the daemon is (see hold_daemon)
         self._exits_at_launch = 0  # the blocks' exit count when the running launch began
         # start_daemon's launch from the caller's thread: "queuing" until it is on the
-        # stream, then "queued" until the launch loop has seen it end (None: none)
+        # stream, then "queued" until the launch loop adopts it as its running launch or
+        # has seen it end (None: none)
         self._ahead = None
         # the host's last launch decisions, (ns, what): status() shows them for a stuck job
         self._launch_log: collections.deque = collections.deque(maxlen=24)
@@ -617,7 +618,9 @@ class Communicator:
                     # start_daemon queued a launch (and the loop waited while it was being
                     # queued): wait for that one instead of queueing another behind it
                     adopt = self._ahead == "queued"
-                    if not adopt:
+                    if adopt:       # the launch ahead is the loop's running launch now:
+                        self._ahead = None   # start_daemon may queue another behind it
+                    else:
                         self._launches += 1
                     self._launch_running = True
                     self._launch_queued = adopt

@@ -13,8 +13,10 @@ device synchronize and a ``.item()`` between the two: the pattern that deadlocks
 With 4 ranks the waits form a cycle 0 -> 2 -> 3 -> 1 -> 0. With ``--tp 1`` (data
 parallelism only) the norm goes over a second group of all ranks instead (a metrics group),
 and 2 ranks already form a cycle. With NCCL (``--backend nccl``, one GPU per rank) the job
-hangs and this script's watchdog reports it and exits 3. With pydfccl the daemons preempt
-and quit, so every sync completes and the job trains.
+hangs and this script's watchdog reports it and exits 3; so it does with torch's CPU backend
+(``--backend gloo``, where the sync between the issues is a wait for the first collective,
+what a device sync waits for). With pydfccl the daemons preempt and quit, so every sync
+completes and the job trains.
 
 The first --check-steps steps are checked against a single-process reference (the same
 model, unsplit, on the whole batch): the loss and every parameter after the step.
@@ -40,7 +42,8 @@ def parse(argv=None):
     p.add_argument("--tp", type=int, default=2, help="tensor-parallel group size")
     p.add_argument("--batch", type=int, default=8, help="global batch (sequences)")
     p.add_argument("--lr", type=float, default=0.5)
-    p.add_argument("--backend", choices=("dfccl", "nccl"), default="dfccl")
+    p.add_argument("--backend", choices=("dfccl", "nccl", "gloo"), default="dfccl",
+                   help="gloo: torch's CPU backend, where the job deadlocks as under NCCL")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--check-steps", type=int, default=3,
                    help="steps verified against the single-process reference")
@@ -147,10 +150,11 @@ def rank_main(args) -> int:
         simulated = platform.SIMULATOR
     else:
         simulated = False
-    device = torch.device("cuda" if args.device == "cuda" or (args.device == "auto"
-                                                             and not simulated
-                                                             and torch.cuda.is_available())
-                          else "cpu")
+    device = torch.device("cuda" if args.backend != "gloo" and (
+        args.device == "cuda" or (args.device == "auto" and not simulated
+                                  and torch.cuda.is_available())) else "cpu")
+    # gloo has no AVG: it sums, and the mean is taken after the wait
+    avg = dist.ReduceOp.SUM if args.backend == "gloo" else dist.ReduceOp.AVG
     if device.type == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
     # NCCL jobs hang; this one reports a stuck phase (with pydfccl, what each rank waits
@@ -176,13 +180,16 @@ def rank_main(args) -> int:
         norm_group, norm_op, norm_name = tp_group, dist.ReduceOp.SUM, "tensor-parallel"
     else:
         norm_group = dist.new_group(list(range(nranks)), backend=args.backend)
-        norm_op, norm_name = dist.ReduceOp.AVG, "metrics"
+        norm_op, norm_name = avg, "metrics"
 
-    def device_sync():
-        """An implicit sync as frameworks make them (the simulator's stand-in for
-        ``torch.cuda.synchronize()`` is the communicator's own device synchronize)."""
+    def device_sync(issued):
+        """An implicit sync as frameworks make them: ``torch.cuda.synchronize()``; under the
+        simulator the communicator's own device synchronize; on gloo a wait for the
+        collective ``issued``, the work a device sync would wait for."""
         if device.type == "cuda":
             torch.cuda.synchronize()
+        elif args.backend == "gloo":
+            issued.wait()
         else:
             dist_group_of(dp_group).synchronize_device()
 
@@ -206,7 +213,7 @@ def rank_main(args) -> int:
         sq_norm = sum((params[k].grad.float() ** 2).sum() for k in ("w1", "w2")).reshape(1)
 
         def issue_dp():
-            return dist.all_reduce(grads, op=dist.ReduceOp.AVG, group=dp_group, async_op=True)
+            return dist.all_reduce(grads, op=avg, group=dp_group, async_op=True)
 
         def issue_norm():
             return dist.all_reduce(sq_norm, op=norm_op, group=norm_group, async_op=True)
@@ -214,13 +221,18 @@ def rank_main(args) -> int:
         watchdog.enter(f"step {step} gradient collectives "
                        f"({'data-parallel' if dp_first else norm_name} first)")
         first = issue_dp() if dp_first else issue_norm()
-        device_sync()                     # implicit syncs between the two issues
+        device_sync(first)                # implicit syncs between the two issues
         local_loss = loss.item()
         second = issue_norm() if dp_first else issue_dp()
         first.wait()
         second.wait()
         mean_loss = torch.tensor([local_loss], device=device)
-        dist.all_reduce(mean_loss, op=dist.ReduceOp.AVG, group=dp_group)
+        dist.all_reduce(mean_loss, op=avg, group=dp_group)
+        if avg == dist.ReduceOp.SUM:
+            grads /= dp
+            mean_loss /= dp
+            if tp == 1:
+                sq_norm /= nranks
         offset = 0
         with torch.no_grad():
             for p in params.values():

@@ -95,18 +95,6 @@ for s in $stages; do
                 nvidia-cuda-mps-control -d; sleep 1
                 stage train4 120 $PY examples/train_gpt.py --nranks 4 --tp 2 --steps 20 --device cuda --watchdog 30 --timeout 110
                 echo quit | nvidia-cuda-mps-control ;;
-    soak_mps)   # the soak under MPS for SOAK_SECONDS, with torch_stall's three-rank case twice
-                # beside it (run the hold stage first: it compiles the daemon into the cache)
-                nvidia-cuda-mps-control -d; sleep 1
-                timeout $(( ${SOAK_SECONDS:-120} + 60 )) $PY -m pydfccl soak --seconds ${SOAK_SECONDS:-120} --no-progress > "$LOGS/soak.log" 2>&1 &
-                soak_pid=$!
-                for i in 1 2; do
-                  stage stall_collectives$i 120 env PYDFCCL_TEST_STALL=12 $PY -c "import sys; from pydfccl.torch.spawn import spawn_ranks; rs = spawn_ranks(['tests/torch_workers.py', 'collectives'], 3, timeout=110); sys.exit(max(abs(r.returncode) for r in rs))"
-                done
-                wait $soak_pid; echo "[soak] rc=$? (in the background since the MPS start)" | tee -a "$SUMMARY"
-                tail -n 25 "$LOGS/soak.log" | sed 's/^/    /' | tee -a "$SUMMARY"
-                tar czf "$OUT/logs.tgz" -C "$LOGS" .
-                echo quit | nvidia-cuda-mps-control ;;
     bench_mps)  # the latency benchmark with ranks as processes under MPS (no GIL shared by ranks)
                 nvidia-cuda-mps-control -d; sleep 1
                 stage bench_mps 90 env PYDFCCL_BACKEND=processes $PY -m pydfccl bench latency -n 2 --iters 5000 --driver threads

@@ -314,6 +314,23 @@ def test_example_trains_and_matches_the_reference(layout):
     assert "(ok)" in r.stdout and "(decreasing)" in r.stdout
 
 
+def test_example_deadlocks_on_gloo_and_its_watchdog_reports_it():
+    """The same program on torch's CPU backend hangs as it would on NCCL (the ranks issue
+    their two groups' collectives in opposite orders with a sync between); the example's
+    watchdog names the stuck phase on every rank and exits 3, instead of a silent hang."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT),
+                                                      os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, str(ROOT / "examples" / "train_gpt.py"), "--backend",
+                        "gloo", "--nranks", "2", "--tp", "1", "--steps", "2", "--watchdog", "8",
+                        "--timeout", "100"],
+                       env=env, capture_output=True, text=True, timeout=150)
+    assert r.returncode == 3, r.stdout + r.stderr[-3000:]
+    for rank, first in ((0, "data-parallel"), (1, "metrics")):
+        assert (f"STALL: rank {rank} stuck for " in r.stderr
+                and f"in step 0 gradient collectives ({first} first)" in r.stderr), r.stderr[-3000:]
+    assert "ranks exited with [3, 3]" in r.stderr
+
+
 def test_ddp_timing_example_trains_both_ways_to_the_same_weights():
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT),
                                                       os.environ.get("PYTHONPATH", "")]))

@@ -9,9 +9,8 @@ result waits with ``cuStreamWaitValue64(done >= j + 1)``, which the GPU's front 
 evaluates without occupying an SM, so it cannot keep the daemon from running.
 
 All CUDA driver calls are in ``DriverStreamOps``; tests pass a stand-in with the same
-three methods. On the H200 (2026-11-29) the gate's driver calls ran under the stand-in
-communicator tests and in the example with rank processes; the hold (``Ticket.wait_on``)
-has not run there yet (docs/torch.md).
+three methods. On the H200 (2026-11-29, docs/torch.md) the gate, with the hold that
+``Ticket.wait_on`` takes, ran the torch tests with rank processes and the examples.
 """
 
 from __future__ import annotations

@@ -270,9 +270,18 @@ def resource_sample(when: str) -> ResourceSample:
     except (OSError, StopIteration):
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     objects = gc.get_objects()
-    types = collections.Counter(type(o).__qualname__ for o in objects)
+    types = collections.Counter(_type_name(o) for o in objects)
     return ResourceSample(when, threading.active_count(), rss * 1024, len(objects),
                           platform.device_memory_used(), layouts, types)
+
+
+def _type_name(obj) -> str:
+    """What counts ``obj`` in a sample: its type's name, and for a class the module that
+    made it (the GPU soak grew by about one class a schedule, 2026-11-29 21:10)."""
+    kind = type(obj)
+    if kind is type:
+        return f"type ({getattr(obj, '__module__', '?')})"
+    return kind.__qualname__
 
 
 def grown_types(first: ResourceSample, last: ResourceSample, top: int = 6) -> str:

@@ -102,3 +102,17 @@ def test_soak_verdict_names_what_went_wrong():
     failed = SoakReport(failures=["schedule 4: ..."], bad_schedules=[4]).verdict()
     assert failed == "schedule 4 failed"
     assert SoakReport().verdict() == "no schedule ran"
+
+
+def test_resource_samples_name_what_grew_and_which_module_made_new_classes():
+    from pydfccl.soak import grown_types, resource_sample
+
+    class Marker:
+        pass
+
+    first = resource_sample("before")
+    kept = [type(f"Made{i}", (), {}) for i in range(50)] + [Marker() for _ in range(300)]
+    last = resource_sample("after")
+    grown = grown_types(first, last, top=8)
+    assert "Marker +300" in grown and f"type ({__name__}) +50" in grown, grown
+    assert len(kept) == 350

@@ -325,10 +325,12 @@ def test_example_deadlocks_on_gloo_and_its_watchdog_reports_it():
                         "--timeout", "100"],
                        env=env, capture_output=True, text=True, timeout=150)
     assert r.returncode == 3, r.stdout + r.stderr[-3000:]
-    for rank, first in ((0, "data-parallel"), (1, "metrics")):
-        assert (f"STALL: rank {rank} stuck for " in r.stderr
-                and f"in step 0 gradient collectives ({first} first)" in r.stderr), r.stderr[-3000:]
-    assert "ranks exited with [3, 3]" in r.stderr
+    # The first watchdog to fire ends its rank, and gloo may then fail the other rank's
+    # wait (its peer closed the connection) before that rank's own watchdog fires.
+    stalls = re.findall(r"STALL: rank (\d) stuck for \d+ s in step 0 gradient collectives "
+                        r"\((\S+) first\)", r.stderr)
+    assert stalls and all(first == ("data-parallel" if rank == "0" else "metrics")
+                          for rank, first in stalls), r.stderr[-3000:]
 
 
 def test_ddp_timing_example_trains_both_ways_to_the_same_weights():

@@ -151,7 +151,7 @@ class Communicator:
         # stream, then "queued" until the launch loop adopts it as its running launch or
         # has seen it end (None: none)
         self._ahead = None
-        # the host's last launch decisions, (ns, what): status() shows them for a stuck job
+        # the host's last launch decisions, (ns, what, view): status() shows them
         self._launch_log: collections.deque = collections.deque(maxlen=24)
         self._error: Exception | None = None
         self._drain_lock = threading.Lock()
@@ -404,22 +404,19 @@ class Communicator:
 
     def start_daemon(self) -> None:
         """Launch the daemon now, from the calling thread (after ``hold_daemon``), unless a
-        launch of it is on its stream with every block staying: before the caller can
-        block in a CUDA call that a launch from the launch thread would wait behind (a
-        launch the loop has decided on but not yet made, too). A launch with a block that
-        has quit or is quitting ends whole soon, so another is queued behind it on its
-        stream. (Under the simulator the launch thread does it: a launch runs on its
-        caller.)"""
+        launch of it is on its stream with every block staying (``_staying``): before the
+        caller can block in a CUDA call that a launch from the launch thread would wait
+        behind (a launch the loop has decided on but not yet made, too). A launch with a
+        block that has quit or is quitting ends whole soon, so another is queued behind it
+        on its stream. (Under the simulator the launch thread does it: a launch runs on
+        its caller.)"""
         with self._lock:     # its acquire is an atomic instruction: a full fence after
             #                  hold_daemon's store of the hold word, before the reads of the
             #                  blocks' quitting marks (see the daemon's _may_quit)
-            staying = self._launch_staying()
-            start = self._state == "started" and not staying and self._ahead is None
-            self._note(f"start_daemon: running {self._launch_running} queued "
-                       f"{self._launch_queued} exits {int(self._blocks['exits'].sum())}/"
-                       f"{self._exits_at_launch} marks "
-                       f"{self._row['quitting'][0][:self.world.config.nblocks].tolist()} "
-                       f"ahead {self._ahead}: {'launch' if start else 'none'}")
+            view = self._launch_view()
+            start = (self._state == "started" and view["ahead"] is None
+                     and not self._staying(view))
+            self._note("start_daemon: launch" if start else "start_daemon: none", view)
             if start:
                 self._ahead = "queuing"   # the loop waits for it rather than launching
         if start:
@@ -435,16 +432,30 @@ class Communicator:
                     self._note(f"launched ahead: {launched}")
                     self._wake.notify_all()
 
-    def _note(self, what: str) -> None:
-        """Remember a launch decision (caller holds the lock)."""
-        self._launch_log.append((time.monotonic_ns(), what))
+    def _note(self, what: str, view: dict | None = None) -> None:
+        """Remember a launch decision, and the ``_launch_view`` it was made on (caller holds
+        the lock). Formatted only when ``status()`` is asked: this is on every torch wait."""
+        self._launch_log.append((time.monotonic_ns(), what, view))
 
-    def _launch_staying(self) -> bool:
-        """A launch is on the stream and none of its blocks has quit or marked itself
-        quitting (caller holds the lock)."""
-        return (self._launch_running and self._launch_queued
-                and int(self._blocks["exits"].sum()) == self._exits_at_launch
-                and not self._row["quitting"][0][:self.world.config.nblocks].any())
+    def _exits(self) -> int:
+        """Launches of this rank's blocks that have ended, summed over the blocks."""
+        return int(self._blocks["exits"][:self.world.config.nblocks].sum())
+
+    @staticmethod
+    def _staying(view: dict) -> bool:
+        """In ``view`` (``_launch_view``): the loop's launch is on the stream and none of
+        its blocks has exited or marked itself quitting."""
+        return (view["running"] and view["queued"] and view["exits"] == view["exits_at_launch"]
+                and not any(view["quitting"]))
+
+    def _launch_view(self) -> dict:
+        """The host's view of its daemon launches (caller holds the lock): what
+        ``start_daemon`` decides on, and what ``status()`` shows. The loop's launch is
+        ``running`` from its decision and ``queued`` once on the stream."""
+        return dict(launches=self._launches, running=self._launch_running,
+                    queued=self._launch_queued, ahead=self._ahead, holds=self._holds,
+                    exits=self._exits(), exits_at_launch=self._exits_at_launch,
+                    quitting=self._row["quitting"][0][:self.world.config.nblocks].tolist())
 
     def release_daemon(self) -> None:
         """Undo one ``hold_daemon``: the daemon may quit again when its policy says so."""
@@ -507,16 +518,11 @@ class Communicator:
             out[self.rank]["in_flight"] = sorted(self._by_index[i] for i in self._inflight)
             out[self.rank]["queued"] = {self._by_index[i]: len(q)
                                         for i, q in self._pending.items() if q}
-            nblocks = self.world.config.nblocks
-            out[self.rank]["daemon"] = dict(
-                launches=self._launches, running=self._launch_running,
-                queued=self._launch_queued, ahead=self._ahead, holds=self._holds,
-                exits=int(self._blocks["exits"][:nblocks].sum()),
-                exits_at_launch=self._exits_at_launch,
-                quitting=self._row["quitting"][0][:nblocks].tolist())
+            out[self.rank]["daemon"] = self._launch_view()
             now = time.monotonic_ns()
-            out[self.rank]["launch_log"] = [f"{(t - now) / 1e6:+.3f} ms {what}"
-                                            for t, what in self._launch_log]
+            out[self.rank]["launch_log"] = [
+                f"{(t - now) / 1e6:+.3f} ms {what}" + (f" ({view})" if view else "")
+                for t, what, view in self._launch_log]
         return out
 
     def trace(self) -> list[dict]:
@@ -628,7 +634,7 @@ class Communicator:
                         self._row["quitting"][0] = 0
                     self._note(f"loop: {'adopt' if adopt else 'launch'} (outstanding "
                                f"{self._outstanding()}, holds {self._holds})")
-                    self._exits_at_launch = int(self._blocks["exits"].sum())
+                    self._exits_at_launch = self._exits()
                     self._wake.notify_all()
                 before = self._world_activity()
                 with platform.deferred_frees() if not self.policy.quits else nullcontext():
@@ -641,7 +647,7 @@ class Communicator:
                     platform.wait_stream(self._stream)
                 with self._lock:
                     self._launch_running = self._launch_queued = False
-                    self._note(f"loop: stream idle, exits {int(self._blocks['exits'].sum())}")
+                    self._note(f"loop: stream idle, exits {self._exits()}")
                     if self._ahead == "queued":   # the stream is idle: it has ended
                         self._ahead = None
                     self._wake.notify_all()

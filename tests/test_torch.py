@@ -365,3 +365,17 @@ def test_the_torch_baseline_says_why_it_cannot_run():
     assert torch_baseline_unavailable("all_reduce", 2, "gloo") is None
     if torch.cuda.device_count() < 64:
         assert "a GPU per rank" in torch_baseline_unavailable("all_reduce", 64, "nccl")
+
+
+def test_native_stacks_show_this_process_threads_frames():
+    import shutil
+
+    from pydfccl.torch.stall import native_stacks
+
+    if not (shutil.which("cuda-gdb") or shutil.which("gdb")):
+        pytest.skip("no debugger on the PATH")
+    out = native_stacks(timeout=60)
+    if "ptrace" in out and "not permitted" in out:
+        pytest.skip("this machine does not let a process be attached to")
+    assert out.startswith("native stacks:\n")
+    assert "Thread " in out and "\n#0 " in out, out[-2000:]

@@ -132,24 +132,21 @@ def run_sweep(opts: SweepOptions, mode: str = "daemon", backend=None) -> list[di
     steps = sizes(opts)
     if mode in ("NCCL", "gloo"):       # torch.distributed's backend of that name
         from .torch.nccl_bench import run_torch_sweep
-        measured = run_torch_sweep(opts, steps, backend=mode.lower())
+        per_rank = run_torch_sweep(opts, steps, backend=mode.lower())
     else:
         options = BASELINES.get(mode, dict(policy=opts.policy))
         per_rank = launch(sweep_worker, opts.nranks, backend=backend, args=(opts, steps),
                           **options, **opts.world)
-        measured = []
-        for i in range(len(steps)):
-            wrongs = [r[i]["wrong"] for r in per_rank]
-            measured.append(dict(seconds=max(r[i]["seconds"] for r in per_rank),
-                                 wrong=sum(wrongs) if min(wrongs) >= 0 else -1))
     factor = bus_factor(opts.coll, opts.nranks)
     rows = []
-    for (nbytes, count), m in zip(steps, measured):
-        algbw = nbytes / m["seconds"] / 1e9
+    for i, (nbytes, count) in enumerate(steps):
+        seconds = max(r[i]["seconds"] for r in per_rank)
+        wrongs = [r[i]["wrong"] for r in per_rank]
+        algbw = nbytes / seconds / 1e9
         rows.append(dict(mode=mode, size=nbytes, count=count, type=opts.dtype, redop=opts.op,
                          root=opts.root if opts.coll in ("broadcast", "reduce") else -1,
-                         time_us=m["seconds"] * 1e6, algbw=algbw, busbw=algbw * factor,
-                         wrong=m["wrong"]))
+                         time_us=seconds * 1e6, algbw=algbw, busbw=algbw * factor,
+                         wrong=sum(wrongs) if min(wrongs) >= 0 else -1))
     return rows
 
 

@@ -39,8 +39,8 @@ def torch_baseline_unavailable(coll: str, nranks: int, backend: str) -> str | No
 
 
 def run_torch_sweep(opts, steps: list, backend: str = "nccl", timeout: float = 1800) -> list:
-    """Per size: the slowest rank's seconds per run and the wrong elements over all ranks
-    (``dict(seconds=..., wrong=...)``, in the order of ``steps``)."""
+    """Per rank, per size (in the order of ``steps``): ``dict(seconds=..., wrong=...)``,
+    the seconds per run and the wrong elements (-1: not checked), as ``sweep_worker``."""
     from .spawn import spawn_ranks
 
     spec = dict(coll=opts.coll, dtype=opts.dtype, op=opts.op, root=opts.root,
@@ -55,10 +55,7 @@ def run_torch_sweep(opts, steps: list, backend: str = "nccl", timeout: float = 1
             raise RuntimeError(f"torch baseline, rank {rank} exited {r.returncode}:\n"
                                f"{r.stderr[-2000:]}")
         per_rank.append(json.loads(lines[-1][len("RESULT "):]))
-    return [dict(seconds=max(rows[i]["seconds"] for rows in per_rank),
-                 wrong=sum(rows[i]["wrong"] for rows in per_rank)
-                 if min(rows[i]["wrong"] for rows in per_rank) >= 0 else -1)
-            for i in range(len(steps))]
+    return per_rank
 
 
 def _call(dist, spec, send, recv, op):

@@ -29,7 +29,7 @@ for s in $stages; do
     many4)      stage many4 120 $PY -m pydfccl bench latency -n 4 -k 64 -c 1024 --iters 200 -w 20 ;;
     bench8)     stage bench8 100 $PY -m pydfccl bench latency -n 8 --iters 1000 ;;
     timeline)   stage timeline 100 $PY -m pydfccl demo -n 8 -k 8 -i 1 --no-progress --trace "$LOGS/timeline8.json" --plot "$OUT/timeline8.png" ;;
-    soak)       stage soak 300 $PY -m pydfccl soak --seconds ${SOAK_SECONDS:-120} --no-progress ;;
+    soak)       stage soak $(( ${SOAK_SECONDS:-120} + 60 )) $PY -m pydfccl soak --seconds ${SOAK_SECONDS:-120} --no-progress ;;
     sweep4)     # nccl-tests-style sizes, 8 B to 256 MiB on 4 ranks, with both baselines
                 stage sweep4 300 $PY -m pydfccl bench --nranks 4 -b 8 -e 268435456 -f 4 --baseline both --no-progress --csv "$LOGS/sweep4.csv" ;;
     sweep2_gpus) # two GPUs (device kind nvidia-h200-x2): a rank process per GPU, beside NCCL

@@ -216,6 +216,18 @@ def device_memory_used() -> int | None:
     return total - free
 
 
+def flush_frees() -> int:
+    """Make the device frees Numba has queued (see ``deferred_frees``) and return how many
+    there were, so that a reading of the device's memory counts what is really held. Does
+    nothing while some thread holds frees back."""
+    if SIMULATOR or not gpu_available():
+        return 0
+    pending = cuda.current_context().deallocations
+    count = len(pending)
+    pending.clear()
+    return count
+
+
 def mps_active() -> bool:
     """Whether this process's context is shared through the MPS daemon: without it, kernels
     of rank processes that share one GPU take turns in time slices of milliseconds."""

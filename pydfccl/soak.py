@@ -262,8 +262,13 @@ def resource_sample(when: str) -> ResourceSample:
     """Measure now. RSS is VmRSS where /proc has it, else the peak (``ru_maxrss``, KiB on
     Linux). Numba's layout cache is emptied first (``platform.clear_layout_cache``): it
     grows with every new array size, and the soak's sizes are random, so what still grows
-    is pydfccl's. On the H200 it was 15,650 entries of 1,463 schedules (2026-11-29)."""
+    is pydfccl's. On the H200 it was 15,650 entries of 1,463 schedules (2026-11-29). The
+    frees Numba holds back are made, and the garbage collected, first: otherwise the device
+    reading swings with the queue of frees (0.8 to 13.3 GiB in the 22:25 soak) and the object
+    count with uncollected cycles."""
     layouts = platform.clear_layout_cache()
+    platform.flush_frees()
+    gc.collect()
     try:
         with open("/proc/self/status") as f:
             rss = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
@@ -284,10 +289,13 @@ def _type_name(obj) -> str:
     return kind.__qualname__
 
 
-def grown_types(first: ResourceSample, last: ResourceSample, top: int = 6) -> str:
-    """The object types whose count grew most between two samples: where a leak lives."""
-    growth = [(name, n) for name, n in (last.types - first.types).most_common(top + 2)
-              if name not in ("ResourceSample", "Counter")][:top]   # the samples themselves
+def grown_types(first: ResourceSample, last: ResourceSample, top: int = 6,
+                classes: bool = False) -> str:
+    """The object types whose count grew most between two samples: where a leak lives.
+    With ``classes``, only the classes made, by the module that made them."""
+    growth = [(name, n) for name, n in (last.types - first.types).most_common()
+              if name not in ("ResourceSample", "Counter")   # the samples themselves
+              and (not classes or name.startswith("type ("))][:top]
     return ", ".join(f"{name} +{n}" for name, n in growth) or "none"
 
 
@@ -357,7 +365,8 @@ def summarize(report: SoakReport, opts: SoakOptions, where: str) -> str:
         per = (last.objects - first.objects) / max(1, report.schedules - 1)
         resources += (f"\n  from the first schedule to the end: threads {first.threads} -> "
                       f"{last.threads}, objects {first.objects} -> {last.objects} ({per:+.2f} "
-                      f"a schedule); types grown most: {grown_types(first, last)}")
+                      f"a schedule); types grown most: {grown_types(first, last)}; "
+                      f"classes made: {grown_types(first, last, 4, classes=True)}")
     return "\n".join([
         f"soak on the {where}: {report.schedules} schedule{'s' * (report.schedules != 1)} "
         f"(seed {opts.seed}, policy {opts.policy}) in {report.seconds:.1f} s",

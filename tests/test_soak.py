@@ -115,4 +115,5 @@ def test_resource_samples_name_what_grew_and_which_module_made_new_classes():
     last = resource_sample("after")
     grown = grown_types(first, last, top=8)
     assert "Marker +300" in grown and f"type ({__name__}) +50" in grown, grown
+    assert grown_types(first, last, classes=True) == f"type ({__name__}) +50"
     assert len(kept) == 350

@@ -19,6 +19,7 @@ import time
 import numpy as np
 
 from . import platform
+from .errors import PydfcclError
 from .group import close_all, init_all, start_all
 from .launch import BACKENDS, launch
 from .sched.policies import policy_names
@@ -76,8 +77,7 @@ def one_thread_latency(nranks: int, iters: int, warmup: int, count: int, dtype: 
     try:
         pairs = [_prepare(comm, colls, count, dtype) for comm in comms]
         start_all(comms)
-        runs = [(comm, k, x, y) for comm, mine in zip(comms, pairs)
-                for k, (x, y) in enumerate(mine)]
+        runs = group_order(comms, pairs)
         times, submit = np.empty(iters), np.empty(iters)
         for i in range(warmup + iters):
             t0 = time.perf_counter()
@@ -95,6 +95,17 @@ def one_thread_latency(nranks: int, iters: int, warmup: int, count: int, dtype: 
     finally:
         close_all(comms)
     return _summary(times * 1e6, np.median(submit) * 1e6, stats)
+
+
+def group_order(comms: list, pairs: list) -> list:
+    """(comm, coll, send, recv) in the order one thread must issue launch-per-call runs:
+    every rank's k-th collective before any rank's (k+1)-th, as an NCCL group does. Rank by
+    rank instead, rank 0's launches queue behind its first kernel, which spins for peers
+    that are not submitted yet, and a full launch queue blocks the thread that would submit
+    them (H200, 2026-11-29 22:39: rank 0 had its 64 submitted and no peer any when the
+    watchdog fired). The daemon takes either order."""
+    return [(comm, k, *pairs[rank][k]) for k in range(len(pairs[0]))
+            for rank, comm in enumerate(comms)]
 
 
 def _sizes(colls: int) -> dict:
@@ -158,24 +169,26 @@ def main(argv: list[str]) -> int:
           f"{args.iters} runs after {args.warmup} warm-up, submit to future completion")
     driver = args.driver or ("both" if platform.gpu_available() else "threads")
     drivers = ("threads", "one") if driver == "both" else (driver,)
-    rows = []   # (driver, mode, result, baseline median)
-    for d in drivers:
-        def measure(policy, persistent, d=d):
-            return measure_latency(args.nranks, args.iters, args.warmup, args.count,
-                                   args.dtype, policy, persistent, args.backend, d,
-                                   args.colls)
-
-        daemon = measure(args.policy, True)
-        base = None if args.no_baseline else measure("nccl", False)
-        rows.append((d, "daemon (" + args.policy + ")", daemon, base))
-        if base:
-            rows.append((d, "kernel launch per call", base, base))
     print(f"{'driver':<8} {'mode':<24} {'median us':>10} {'p10 us':>8} {'p90 us':>8} "
-          f"{'x baseline':>10} {'in run() us':>11} {'launches':>9}")
-    for d, name, r, base in rows:
-        launches = sum(s["launches"] for s in r["stats"])
-        ratio = f"{r['median'] / base['median']:>10.2f}" if base else f"{'-':>10}"
-        print(f"{d:<8} {name:<24} {r['median']:>10.1f} {r['p10']:>8.1f} {r['p90']:>8.1f} "
-              f"{ratio} {r['submit']:>11.1f} {launches:>9}")
-    sys.stdout.flush()
-    return 0
+          f"{'x baseline':>10} {'in run() us':>11} {'launches':>9}", flush=True)
+    failed = 0
+    for d in drivers:   # each driver's rows as soon as they are measured
+        modes = [("daemon (" + args.policy + ")", args.policy, True)]
+        if not args.no_baseline:
+            modes.append(("kernel launch per call", "nccl", False))
+        results = {}
+        for name, policy, persistent in modes:
+            try:
+                results[name] = measure_latency(args.nranks, args.iters, args.warmup,
+                                                args.count, args.dtype, policy, persistent,
+                                                args.backend, d, args.colls)
+            except PydfcclError as exc:
+                failed += 1
+                print(f"{d:<8} {name:<24} failed: {str(exc).splitlines()[0]}", flush=True)
+        base = results.get("kernel launch per call")
+        for name, r in results.items():
+            launches = sum(s["launches"] for s in r["stats"])
+            ratio = f"{r['median'] / base['median']:>10.2f}" if base else f"{'-':>10}"
+            print(f"{d:<8} {name:<24} {r['median']:>10.1f} {r['p10']:>8.1f} {r['p90']:>8.1f} "
+                  f"{ratio} {r['submit']:>11.1f} {launches:>9}", flush=True)
+    return 1 if failed else 0

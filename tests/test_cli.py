@@ -91,3 +91,31 @@ def test_doctor_reports_each_fact(capsys, monkeypatch):
                                                           "0.30.4"}.get(name) or real(name))
     assert cli.main(["doctor"]) == 1
     assert "PROBLEM numpy" in capsys.readouterr().out
+
+
+def test_one_thread_issues_every_ranks_kth_collective_before_any_ranks_next():
+    """A launch per call from one thread deadlocks rank by rank (H200, 2026-11-29)."""
+    from pydfccl.bench import group_order
+
+    comms = ["rank0", "rank1", "rank2"]
+    pairs = [[(f"x{r}{k}", f"y{r}{k}") for k in range(2)] for r in range(3)]
+    assert group_order(comms, pairs) == [
+        ("rank0", 0, "x00", "y00"), ("rank1", 0, "x10", "y10"), ("rank2", 0, "x20", "y20"),
+        ("rank0", 1, "x01", "y01"), ("rank1", 1, "x11", "y11"), ("rank2", 1, "x21", "y21")]
+
+
+def test_bench_latency_reports_a_failed_measurement_and_keeps_the_rows_before(monkeypatch,
+                                                                               capsys):
+    from pydfccl import bench
+    from pydfccl.errors import DeadlockError
+
+    def measure(*args):
+        if args[6]:      # persistent: the daemon's row
+            return dict(median=5.0, p10=4.0, p90=6.0, submit=1.0, stats=[{"launches": 1}])
+        raise DeadlockError("deadlock: no progress on any rank for 20.0 s\\nrank 0: ...")
+
+    monkeypatch.setattr(bench, "measure_latency", measure)
+    assert bench.main(["--iters", "3", "--driver", "threads"]) == 1
+    out = capsys.readouterr().out
+    assert "kernel launch per call   failed: deadlock: no progress" in out
+    assert "daemon (dfccl)" in out and "5.0" in out

@@ -441,6 +441,10 @@ class Communicator:
         """Launches of this rank's blocks that have ended, summed over the blocks."""
         return int(self._blocks["exits"][:self.world.config.nblocks].sum())
 
+    def _launch_on_stream(self) -> bool:
+        """A daemon launch of this rank is on its stream (caller holds the lock)."""
+        return self._launch_queued or self._ahead == "queued"
+
     @staticmethod
     def _staying(view: dict) -> bool:
         """In ``view`` (``_launch_view``): the loop's launch is on the stream and none of
@@ -484,9 +488,12 @@ class Communicator:
         self._require("started", "synchronize_device")
         self._row["host_blocked"] = 1
         try:
-            with self._lock:   # as with NCCL, the sync comes after the submitted work's launch
-                while (self._outstanding() and not self._launch_running and self._error is None
-                       and self._state == "started" and not self._row["abort"][0]):
+            with self._lock:   # as with NCCL, the sync comes after the submitted work's launch:
+                # on the stream (queued), not only decided on, or the sync could pass before it
+                # (a test saw no relaunch at all that way, H200, 2026-11-29 22:45)
+                while (self._outstanding() and not self._launch_on_stream()
+                       and self._error is None and self._state == "started"
+                       and not self._row["abort"][0]):
                     self._wake.wait(0.01)
                 generation = self._launches
             if not platform.SIMULATOR:
@@ -629,7 +636,7 @@ class Communicator:
                     else:
                         self._launches += 1
                     self._launch_running = True
-                    self._launch_queued = adopt
+                    self._launch_queued = adopt or not platform.LAUNCHES_ARE_QUEUED
                     if not adopt:     # the stream is idle: marks of ended launches go
                         self._row["quitting"][0] = 0
                     self._note(f"loop: {'adopt' if adopt else 'launch'} (outstanding "

@@ -392,6 +392,11 @@ def destroy_stream(stream) -> None:
 _simulated_launch = threading.Lock()
 
 
+# A GPU launch returns once the kernel is queued on its stream; a simulated one runs the
+# kernel to its end on the calling thread, so it is "on the stream" from the call on.
+LAUNCHES_ARE_QUEUED = not SIMULATOR
+
+
 def launch(kernel, nblocks: int, nthreads: int, stream, args) -> None:
     """Launch ``kernel``; under the simulator this returns when the kernel has exited."""
     if SIMULATOR:

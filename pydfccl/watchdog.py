@@ -7,6 +7,7 @@ the same verdict; the first one writes the report that all ranks raise.
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import time
 
@@ -140,5 +141,9 @@ class Watchdog:
         if now - self._since < self.timeout:
             return None
         text, _ = wait_for_report(self.world, self.describe)
+        if os.environ.get("PYDFCCL_DEADLOCK_STACKS") == "1":
+            # "its host is blocked": where each thread of this process stands (every rank's,
+            # with ranks as threads), before the abort moves them
+            faulthandler.dump_traceback(all_threads=True)
         return self.world.abort_with(f"deadlock: no progress on any rank for "
                                      f"{self.timeout:.1f} s (seen by rank {self.rank})\n{text}")

@@ -186,3 +186,27 @@ def test_unknown_policy_and_backend_are_refused():
 def test_barrier_waits_for_every_rank():
     waited = pydfccl.launch(workers.barrier_wait, 2, timeout=120)
     assert waited[0] > 0.3 and waited[1] < waited[0], waited
+
+
+def test_watchdog_prints_every_threads_stack_when_asked(monkeypatch, capfd):
+    """PYDFCCL_DEADLOCK_STACKS=1: a report that says "its host is blocked" comes with where
+    each host thread stands."""
+    from types import SimpleNamespace
+
+    from pydfccl import watchdog
+
+    blocks = np.zeros((1, 4), dtype=[("progress", "u8"), ("completed", "u8")])
+    world = SimpleNamespace(ctl={"blocks": blocks}, config=SimpleNamespace(nblocks=4),
+                            abort_with=lambda text: text)
+    monkeypatch.setattr(watchdog, "silent_ranks", lambda world: {})
+    monkeypatch.setattr(watchdog, "wait_for_report", lambda world, describe: ("rank 1: ...", None))
+    dog = watchdog.Watchdog(world, 0, timeout=0.0, describe=None)
+    assert dog.check() is None            # the first look only records the progress
+    dog._next_look = 0.0
+    monkeypatch.delenv("PYDFCCL_DEADLOCK_STACKS", raising=False)
+    assert dog.check().startswith("deadlock: no progress on any rank")
+    assert "most recent call first" not in capfd.readouterr().err
+    monkeypatch.setenv("PYDFCCL_DEADLOCK_STACKS", "1")
+    dog._next_look = 0.0
+    assert "rank 1: ..." in dog.check()
+    assert "test_watchdog_prints_every_threads_stack_when_asked" in capfd.readouterr().err

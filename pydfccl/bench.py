@@ -102,8 +102,8 @@ def group_order(comms: list, pairs: list) -> list:
     every rank's k-th collective before any rank's (k+1)-th, as an NCCL group does. Rank by
     rank instead, rank 0's launches queue behind its first kernel, which spins for peers
     that are not submitted yet, and a full launch queue blocks the thread that would submit
-    them (H200, 2026-11-29 22:39: rank 0 had its 64 submitted and no peer any when the
-    watchdog fired). The daemon takes either order."""
+    them (the H200 call of 2026-11-29 22:38: when the watchdog fired, rank 0 had its 64
+    submitted and no peer any). The daemon takes either order."""
     return [(comm, k, *pairs[rank][k]) for k in range(len(pairs[0]))
             for rank, comm in enumerate(comms)]
 

@@ -112,7 +112,7 @@ def test_bench_latency_reports_a_failed_measurement_and_keeps_the_rows_before(mo
     def measure(*args):
         if args[6]:      # persistent: the daemon's row
             return dict(median=5.0, p10=4.0, p90=6.0, submit=1.0, stats=[{"launches": 1}])
-        raise DeadlockError("deadlock: no progress on any rank for 20.0 s\\nrank 0: ...")
+        raise DeadlockError("deadlock: no progress on any rank for 20.0 s\nrank 0: ...")
 
     monkeypatch.setattr(bench, "measure_latency", measure)
     assert bench.main(["--iters", "3", "--driver", "threads"]) == 1

@@ -70,7 +70,7 @@ def wait_for_report(world, describe) -> tuple[str, list | None]:
 
     statuses = [rank_status(world, r) for r in range(world.nranks)]
     running = [{b["coll"] for b in st["blocks"] if b["coll"] is not None} for st in statuses]
-    lines, edges = [], {}
+    lines, edges, absent = [], {}, set()
     for st in statuses:
         r = st["rank"]
         head = f"rank {r}: {st['outstanding']} outstanding"
@@ -86,7 +86,10 @@ def wait_for_report(world, describe) -> tuple[str, list | None]:
                 waits.append(f"{describe(blk['coll'], r)} (block {blk['block']}) waits for {what} "
                              f"rank {peer}, which is on {doing}")
                 edges.setdefault(r, []).append(peer)
+                if not running[peer]:
+                    absent.add(peer)
         lines.append(head + (": " + "; ".join(waits) if waits else ""))
+    lines.extend(_absent_line(statuses[peer]) for peer in sorted(absent))
     cycle = find_wait_cycle(edges)
     if cycle:
         lines.append("wait-for cycle: " + " -> ".join(f"rank {r}" for r in cycle + cycle[:1]))
@@ -94,6 +97,19 @@ def wait_for_report(world, describe) -> tuple[str, list | None]:
         lines.append("no wait-for cycle among the daemons: a rank has not submitted a "
                      "collective its peers run, or its host is blocked")
     return "\n".join(lines), cycle
+
+
+def _absent_line(status: dict) -> str:
+    """Why a rank that its peers wait for is on no collective: the root of the stall, even
+    where the waiting ranks' edges form a cycle of their own (a ring whose data and credit
+    waits point both ways)."""
+    r, outstanding = status["rank"], status["outstanding"]
+    if outstanding:
+        return (f"rank {r} is on no collective while peers wait for it, with {outstanding} "
+                "outstanding: its daemon is not running them (a launch not yet started, or "
+                "queued behind other work)")
+    return (f"rank {r} is on no collective while peers wait for it, and has nothing "
+            "outstanding: its host has not submitted what they run (it is behind, or blocked)")
 
 
 HEARTBEAT_TIMEOUT = float(os.environ.get("PYDFCCL_HEARTBEAT_TIMEOUT", "10"))

@@ -210,3 +210,27 @@ def test_watchdog_prints_every_threads_stack_when_asked(monkeypatch, capfd):
     dog._next_look = 0.0
     assert "rank 1: ..." in dog.check()
     assert "test_watchdog_prints_every_threads_stack_when_asked" in capfd.readouterr().err
+
+
+def test_report_names_the_rank_its_peers_wait_for_that_runs_nothing():
+    """The H200's many-collective deadlock (2026-11-29 22:44): ranks 1 to 3 inside one
+    all-reduce, rank 0 on none; the waiting ranks' own edges formed a cycle."""
+    from types import SimpleNamespace
+
+    from pydfccl import layout as L
+    from pydfccl.watchdog import WAITS_CREDIT, WAITS_DATA, wait_for_report
+
+    ctl = np.zeros(4, L.CTL_ROW)
+    for r in (1, 2, 3):     # each waits for data from r - 1 and for credit from r + 1
+        ctl["blocks"][r][0]["coll"] = 42 + 1
+        ctl["blocks"][r][0]["waits"] = (WAITS_DATA | WAITS_CREDIT | ((r - 1) << 2)
+                                        | (((r + 1) % 4) << 18))
+        ctl["host_submitted"][r] = 27
+    ctl["host_submitted"][0] = 1
+    world = SimpleNamespace(ctl=ctl, nranks=4, config=SimpleNamespace(nblocks=1))
+    text, cycle = wait_for_report(world, lambda coll, rank: f"all_reduce {coll}")
+    assert "rank 0 is on no collective while peers wait for it, with 1 outstanding" in text
+    assert cycle is not None      # the ring's two-way waits, which the line above explains
+    ctl["host_submitted"][0] = 0
+    text, _ = wait_for_report(world, lambda coll, rank: f"all_reduce {coll}")
+    assert "rank 0 is on no collective while peers wait for it, and has nothing " in text

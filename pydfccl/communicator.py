@@ -83,6 +83,11 @@ class CollectiveFuture(Future):
     def __init__(self, comm):
         super().__init__()
         self._comm = comm
+        self.has_callbacks = False   # a callback may free device memory where it runs
+
+    def add_done_callback(self, fn):
+        self.has_callbacks = True
+        super().add_done_callback(fn)
 
     def result(self, timeout=None):
         self._comm._help_until_done(self, timeout)
@@ -813,7 +818,7 @@ class Communicator:
         dropped = [dropped_by_user(buffers) for _, _, buffers in done]  # before set_result,
         #                                                                   which holds recv
         risky = (not self.policy.quits or any(dropped)
-                 or any(future._done_callbacks for _, future, _ in done))
+                 or any(future.has_callbacks for _, future, _ in done))
         with platform.deferred_frees() if risky else nullcontext():
             for (index, future, buffers), roles in zip(done, dropped):
                 for role in roles:

@@ -106,8 +106,8 @@ def _absent_line(status: dict) -> str:
     r, outstanding = status["rank"], status["outstanding"]
     if outstanding:
         return (f"rank {r} is on no collective while peers wait for it, with {outstanding} "
-                "outstanding: its daemon is not running them (a launch not yet started, or "
-                "queued behind other work)")
+                "outstanding: its daemon runs none of them (not launched, quit, or between "
+                "tasks)")
     return (f"rank {r} is on no collective while peers wait for it, and has nothing "
             "outstanding: its host has not submitted what they run (it is behind, or blocked)")
 

@@ -495,7 +495,7 @@ class Communicator:
         try:
             with self._lock:   # as with NCCL, the sync comes after the submitted work's launch:
                 # on the stream (queued), not only decided on, or the sync could pass before it
-                # (a test saw no relaunch at all that way, H200, 2026-11-29 22:44)
+                # (our reading of a test that saw no relaunch at all, H200, 2026-11-29 22:44)
                 while (self._outstanding() and not self._launch_on_stream()
                        and self._error is None and self._state == "started"
                        and not self._row["abort"][0]):

@@ -312,6 +312,8 @@ class Communicator:
             np.int64(self.world.ctl_addr[self.rank]), np.int64(self.world.pool_addr[self.rank]),
             np.int64(self.world.peers.addr), np.int64(self.rank), np.int64(self.nranks),
             np.int64(cfg.nslots), np.int64(cfg.slot_bytes), np.int64(cfg.conn_stride))
+        self._configured = platform.configure_launch(self._daemon, cfg.nblocks, cfg.nthreads,
+                                                     self._stream)
         poller.add(self)
         self._beat(time.monotonic_ns(), force=True)   # peers now watch this rank's heartbeat
         if self.persistent:
@@ -367,8 +369,7 @@ class Communicator:
         return future
 
     def _launch_once(self) -> None:
-        cfg = self.world.config
-        platform.launch(self._daemon, cfg.nblocks, cfg.nthreads, self._stream, self._launch_args)
+        platform.launch(self._configured, self._launch_args)
         self._launches += 1
 
     def _submit(self, index, future, send_addr, recv_addr, prio, buffers) -> None:
@@ -425,11 +426,9 @@ class Communicator:
             if start:
                 self._ahead = "queuing"   # the loop waits for it rather than launching
         if start:
-            cfg = self.world.config
             launched = False
             try:
-                launched = platform.launch_ahead(self._daemon, cfg.nblocks, cfg.nthreads,
-                                                 self._stream, self._launch_args)
+                launched = platform.launch_ahead(self._configured, self._launch_args)
             finally:
                 with self._lock:
                     self._launches += int(launched)
@@ -618,7 +617,6 @@ class Communicator:
 
     def _launch_loop(self) -> None:
         platform.bind_thread()
-        cfg = self.world.config
         pause, activity = 0.0, None
         try:
             while True:
@@ -651,8 +649,7 @@ class Communicator:
                 before = self._world_activity()
                 with platform.deferred_frees() if not self.policy.quits else nullcontext():
                     if not adopt:
-                        platform.launch(self._daemon, cfg.nblocks, cfg.nthreads,
-                                        self._stream, self._launch_args)
+                        platform.launch(self._configured, self._launch_args)
                         with self._lock:
                             self._launch_queued = True
                             self._note("loop: launch queued")

@@ -401,7 +401,8 @@ def configure_launch(kernel, nblocks: int, nthreads: int, stream):
     """``kernel`` configured once for its grid and ``stream``, for ``launch`` and
     ``launch_ahead``. Configured at every launch instead, Numba wraps the stream in a
     cuda.core ``Stream`` each time, and ``Stream.from_handle`` defines a class per call:
-    57 us a call on the CI machine's CPU (2026-11-29), and the classes the GPU soak made."""
+    19 to 36 us a call on the development machine's CPU (2026-11-29), and the classes the GPU
+    soak made."""
     if SIMULATOR:
         return kernel[nblocks, nthreads]
     from cuda.core import Stream as CoreStream

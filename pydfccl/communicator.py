@@ -140,7 +140,9 @@ class Communicator:
         self._state = "preparing"
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
-        self._inflight: dict[int, tuple] = {}
+        # by collective index: its runs in the SQ, not yet completed, oldest first (at most
+        # RUNS_IN_FLIGHT), and the runs held on the host behind them
+        self._inflight = collections.defaultdict(collections.deque)
         self._pending = collections.defaultdict(collections.deque)
         self._submitted = 0
         self._completed = 0
@@ -358,8 +360,10 @@ class Communicator:
                 self._error = self._abort_error()
             if self._error is not None:
                 raise self._error
-            if index in self._inflight or index in self._unconfirmed:
-                self._pending[index].append((future, send_addr, recv_addr, prio, (send, recv)))
+            waiting = self._pending[index]
+            if (waiting or index in self._unconfirmed
+                    or len(self._inflight[index]) >= L.RUNS_IN_FLIGHT):
+                waiting.append((future, send_addr, recv_addr, prio, (send, recv)))
             else:
                 self._submit(index, future, send_addr, recv_addr, prio, (send, recv))
             self._wake.notify_all()
@@ -384,7 +388,18 @@ class Communicator:
         self._sq["seq"][slot] = k + 1
         self._submitted = k + 1
         self._submitted_word[0] = k + 1
-        self._inflight[index] = (future, buffers)
+        self._inflight[index].append((future, buffers))
+
+    def _submit_waiting(self, index) -> int:
+        """Submit the runs of ``index`` held on the host, as many as RUNS_IN_FLIGHT allows
+        (caller holds the lock); how many."""
+        waiting, count = self._pending[index], 0
+        while waiting and len(self._inflight[index]) < L.RUNS_IN_FLIGHT:
+            self._submit(index, *waiting.popleft())
+            count += 1
+        if count:
+            self._wake.notify_all()
+        return count
 
     def hold_daemon(self) -> None:
         """Keep this rank's daemon from quitting voluntarily until ``release_daemon``; calls
@@ -526,7 +541,8 @@ class Communicator:
                     blk["coll"] = self._by_index.get(blk["coll"], blk["coll"])
             out.append(st)
         with self._lock:    # this rank's host also knows which collectives it waits for
-            out[self.rank]["in_flight"] = sorted(self._by_index[i] for i in self._inflight)
+            out[self.rank]["in_flight"] = sorted(self._by_index[i]
+                                                 for i, runs in self._inflight.items() if runs)
             out[self.rank]["queued"] = {self._by_index[i]: len(q)
                                         for i, q in self._pending.items() if q}
             out[self.rank]["daemon"] = self._launch_view()
@@ -737,11 +753,7 @@ class Communicator:
                 continue
             with self._lock:
                 del self._unconfirmed[index]
-                first = (index not in self._inflight and self._pending[index]
-                         and self._error is None)
-                if first:
-                    self._submit(index, *self._pending[index].popleft())
-                    self._wake.notify_all()
+                first = self._error is None and self._submit_waiting(index) > 0
             if first and not self.persistent:
                 self._launch_once()
             submitted = submitted or bool(first)
@@ -789,13 +801,10 @@ class Communicator:
             index = int(self._cq_coll[slot])
             self._cq_head += 1
             with self._lock:
-                future, buffers = self._inflight.pop(index)
+                future, buffers = self._inflight[index].popleft()
                 self._completed += 1
                 self._completed_word[0] = self._completed
-                resubmitted = bool(self._pending[index])
-                if resubmitted:
-                    self._submit(index, *self._pending[index].popleft())
-                    self._wake.notify_all()
+                resubmitted = self._submit_waiting(index) > 0
             if resubmitted and not self.persistent:
                 self._launch_once()
             done.append((index, future, buffers))
@@ -835,7 +844,7 @@ class Communicator:
 
     def _fail_all(self, error: Exception) -> None:
         with self._lock:
-            futures = [f for f, _ in self._inflight.values()]
+            futures = [f for runs in self._inflight.values() for f, _ in runs]
             futures += [item[0] for queue in self._pending.values() for item in queue]
             self._inflight.clear()
             self._pending.clear()

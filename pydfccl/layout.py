@@ -16,17 +16,20 @@ Two regions per rank:
 import numpy as np
 
 __all__ = [
-    "MAX_COLLS", "MAX_BLOCKS", "SQ_CAP", "CQ_CAP", "TRACE_CAP", "TRACE_KINDS",
-    "BLOCK_STATUS", "SQ_ENTRY", "CQ_ENTRY", "REGISTRATION", "CTL_ROW", "COLL_ENTRY", "TASK",
-    "TRACE_EVENT",
+    "MAX_COLLS", "MAX_BLOCKS", "RUNS_IN_FLIGHT", "SQ_CAP", "CQ_CAP", "TRACE_CAP",
+    "TRACE_KINDS", "BLOCK_STATUS", "SQ_ENTRY", "CQ_ENTRY", "REGISTRATION", "CTL_ROW",
+    "COLL_ENTRY", "TASK", "QUEUED_RUN", "TRACE_EVENT",
     "POOL_HEADER",
     "CONN_HEADER_BYTES", "conn_bytes", "pool_bytes", "word",
 ]
 
 MAX_COLLS = 128   # prepared collectives per communicator (bounds a shared-memory list)
-MAX_BLOCKS = 16   # daemon blocks (channels) per rank
-SQ_CAP = 256      # > MAX_COLLS: with one run in flight per collective the SQ never overflows
-CQ_CAP = 256
+MAX_BLOCKS = 32   # daemon blocks (channels) per rank
+RUNS_IN_FLIGHT = 8   # runs of one collective submitted and not yet completed, at most: a
+#                      block queues the runs behind its active one (QUEUED_RUN), so back-to-
+#                      back runs need no host round trip between them
+SQ_CAP = MAX_COLLS * RUNS_IN_FLIGHT   # every run in flight fits: the SQ never overflows,
+CQ_CAP = SQ_CAP                       # and neither does the CQ
 
 I8 = "<i8"
 
@@ -108,7 +111,17 @@ TASK = np.dtype([          # the saved context of one collective on one block
     ("sent", I8),          # slots sent on this connector, ever
     ("recvd", I8),         # slots received on this connector, ever
     ("priority", I8),
-    ("pad", I8, 6),
+    ("runs", I8),          # runs of this collective this block has finished, ever
+    ("queued", I8),        # runs queued behind the active one (QUEUED_RUN), ever
+    ("dequeued", I8),      # of those, runs taken from the queue, ever
+    ("pad", I8, 3),
+])
+
+QUEUED_RUN = np.dtype([    # a run absorbed while another run of its collective was active
+    ("seq", I8),
+    ("send", I8),
+    ("recv", I8),
+    ("priority", I8),
 ])
 
 TRACE_EVENT = np.dtype([   # one record of a block's event log
@@ -128,11 +141,13 @@ POOL_HEADER = np.dtype([
     ("pad", I8, 15),
     ("block_quits", I8),      # daemon blocks that have exited, ever (device-side count)
     ("pad2", I8, 15),
-    ("done", I8, MAX_COLLS),   # blocks that finished each collective, ever
+    ("done", I8, (MAX_COLLS, RUNS_IN_FLIGHT)),   # blocks that finished each collective's
+    #                                              runs, ever, by run number modulo
     ("colls", COLL_ENTRY, MAX_COLLS),
     ("sq_frontier", I8, MAX_BLOCKS),
     ("trace_head", I8, MAX_BLOCKS),   # events each block has written, ever
     ("tasks", TASK, (MAX_BLOCKS, MAX_COLLS)),
+    ("queue", QUEUED_RUN, (MAX_BLOCKS, MAX_COLLS, RUNS_IN_FLIGHT - 1)),
     ("trace", TRACE_EVENT, (MAX_BLOCKS, TRACE_CAP)),
 ], align=True)
 
@@ -184,6 +199,8 @@ P_DONE = word(POOL_HEADER, "done")
 P_COLLS = word(POOL_HEADER, "colls")
 P_SQ_FRONTIER = word(POOL_HEADER, "sq_frontier")
 P_TASKS = word(POOL_HEADER, "tasks")
+P_QUEUE = word(POOL_HEADER, "queue")
+QUEUE_SIZE = QUEUED_RUN.itemsize
 P_TRACE_HEAD = word(POOL_HEADER, "trace_head")
 P_TRACE = word(POOL_HEADER, "trace")
 TRACE_SIZE = TRACE_EVENT.itemsize

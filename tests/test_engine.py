@@ -63,6 +63,25 @@ def test_several_blocks_and_threads_per_rank():
     _check(2, cases, per_rank)
 
 
+@pytest.mark.parametrize("count", [2, 300], ids=["a-block-without-a-share", "several-loops"])
+def test_several_runs_of_a_collective_in_flight_stay_apart(count):
+    """Every run goes to the SQ before any completes (up to RUNS_IN_FLIGHT of a
+    collective); each daemon block queues a collective's later runs behind its active one.
+    With 3 blocks, 2 elements leave one block without a share (it finishes each run as it
+    takes it), and 300 take several loops, preempted in rotated orders."""
+    ncolls, runs, nranks = 2, 5, 3
+    per_rank = pydfccl.launch(workers.runs_in_flight, nranks, args=(ncolls, runs, count),
+                              nblocks=3, slot_bytes=128, timeout=300)
+    for out in per_rank:
+        assert out["submitted_at_once"] == ncolls * runs
+        for k in range(ncolls):
+            for i in range(runs):
+                want = sum(workers._inputs(r, count, "int64", out["salt"][k][i])
+                           for r in range(nranks))
+                assert out["results"][f"{k},{i}"] == want.tolist(), (k, i)
+        assert out["stats"]["completed"] == ncolls * runs
+
+
 def test_preempted_collectives_resume_exactly():
     """Ranks submit in rotated orders and order tasks by arrival (the paper's order): each
     rank's head waits for a peer that runs another collective, so tasks are preempted

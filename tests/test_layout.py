@@ -17,8 +17,10 @@ def test_record_sizes_are_fixed_and_aligned():
     assert L.HEADER_BYTES % 256 == 0 and L.HEADER_BYTES >= L.POOL_HEADER.itemsize
 
 
-def test_queues_cannot_overflow_with_one_run_in_flight_per_collective():
-    assert L.SQ_CAP > L.MAX_COLLS and L.CQ_CAP >= L.MAX_COLLS
+def test_queues_cannot_overflow_with_every_collective_at_its_runs_in_flight():
+    assert L.SQ_CAP >= L.MAX_COLLS * L.RUNS_IN_FLIGHT
+    assert L.CQ_CAP >= L.MAX_COLLS * L.RUNS_IN_FLIGHT
+    assert L.POOL_HEADER["queue"].shape == (L.MAX_BLOCKS, L.MAX_COLLS, L.RUNS_IN_FLIGHT - 1)
 
 
 def test_offsets_come_from_the_dtypes():

@@ -6,6 +6,7 @@ import re
 import pytest
 
 import pydfccl
+from pydfccl import layout as L
 import workers
 
 NEVER_QUICK = 10**15   # ns: a budget no wait here reaches
@@ -27,12 +28,14 @@ def test_extreme_budgets_still_complete_exactly(policy):
 
 
 def test_more_runs_than_the_queue_holds_are_queued_not_dropped():
-    runs = 300   # > SQ_CAP (256)
+    runs = 300   # far more than RUNS_IN_FLIGHT: the host holds the rest back
     per_rank = pydfccl.launch(workers.many_runs_without_waiting, 2, args=(runs,), timeout=600)
     for out in per_rank:
         assert out["results"] == [2 * i + 1 for i in range(runs)]
         assert out["order"] == list(range(runs))
         assert out["stats"]["completed"] == runs
+        # the first RUNS_IN_FLIGHT runs went to the SQ at once, the rest as runs completed
+        assert out["submitted_at_once"] >= L.RUNS_IN_FLIGHT
 
 
 def test_threads_and_launches_stay_bounded():

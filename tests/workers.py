@@ -225,13 +225,36 @@ def many_runs_without_waiting(comm, runs: int):
     recvs = [comm.empty(3, "int64") for _ in range(runs)]
     done = []
     futures = [comm.run(0, sends[i], recvs[i]) for i in range(runs)]
+    submitted_at_once = comm.stats()["submitted"]
     for i, f in enumerate(futures):
         f.add_done_callback(lambda _, i=i: done.append(i))
     results = [int(platform.to_numpy(f.result(timeout=300))[0]) for f in futures]
     deadline = time.monotonic() + 30   # a future wakes its waiters before its callbacks run
     while len(done) < runs and time.monotonic() < deadline:
         time.sleep(1e-3)
-    return dict(results=results, order=done, stats=comm.stats())
+    return dict(results=results, order=done, stats=comm.stats(),
+                submitted_at_once=submitted_at_once)
+
+
+def runs_in_flight(comm, ncolls: int, runs: int, count: int):
+    """``runs`` runs of each of ``ncolls`` all-reduces, each run with its own buffers, all
+    submitted before any wait, rank r interleaving the collectives in an order rotated by r:
+    a daemon block queues a collective's runs behind its active one and must keep every
+    run's buffers and counts apart."""
+    for k in range(ncolls):
+        comm.prepare(k, "all_reduce", count=count, dtype="int64")
+    comm.start()
+    salt = [[k * runs + i for i in range(runs)] for k in range(ncolls)]
+    sends = [[_fill(comm, _inputs(comm.rank, count, "int64", salt[k][i])) for i in range(runs)]
+             for k in range(ncolls)]
+    recvs = [[comm.empty(count, "int64") for _ in range(runs)] for _ in range(ncolls)]
+    order = [(k + comm.rank) % ncolls for k in range(ncolls)]
+    futures = {(k, i): comm.run(k, sends[k][i], recvs[k][i]) for i in range(runs) for k in order}
+    submitted_at_once = comm.stats()["submitted"]
+    results = {f"{k},{i}": platform.to_numpy(f.result(timeout=300)).tolist()
+               for (k, i), f in futures.items()}
+    return dict(results=results, salt=salt, submitted_at_once=submitted_at_once,
+                stats=comm.stats())
 
 
 def steady_resources(comm, rounds: int):

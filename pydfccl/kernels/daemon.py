@@ -59,6 +59,14 @@ C_KIND, C_DTYPE, C_OP, C_COUNT, C_ROOT, C_NCH, C_ITEMSIZE, C_CONN = (
 T_ACTIVE, T_SEQ, T_SEND, T_RECV, T_STEP, T_LOOP, T_TRIES, T_SENT, T_RECVD, T_PRIO = (
     L.TASK_F[k] // 8 for k in ("active", "seq", "send", "recv", "step", "loop", "tries", "sent",
                                "recvd", "priority"))
+T_RUNS, T_QUEUED, T_DEQUEUED = (L.TASK_F[k] // 8 for k in ("runs", "queued", "dequeued"))
+# Runs absorbed while a run of their collective is active wait in the block's queue of that
+# collective (block-private too), RUNS - 1 deep: the host keeps at most RUNS in flight.
+RUNS = L.RUNS_IN_FLIGHT
+QUEUE_WORDS = L.QUEUE_SIZE // 8
+Q_SEQ, Q_SEND, Q_RECV, Q_PRIO = (L.QUEUED_RUN.fields[k][1] // 8
+                                 for k in ("seq", "send", "recv", "priority"))
+P_QUEUE = L.P_QUEUE
 P_TRACE_HEAD, P_TRACE, TRACE_SIZE, TRACE_CAP = L.P_TRACE_HEAD, L.P_TRACE, L.TRACE_SIZE, L.TRACE_CAP
 EV_ABSORBED, EV_LOADED, EV_PREEMPTED, EV_COMPLETED, EV_LAUNCHED, EV_QUIT = (
     {name: code for code, name in L.TRACE_KINDS.items()}[k]
@@ -166,11 +174,17 @@ def _publish(st, status, waits):
 
 
 @cuda.jit(device=True)
-def _finish(st, ctl, pool, coll, block, nblocks):
-    """This block is done with ``coll``; the last block of all writes the CQ."""
+def _finish(st, ctl, pool, tasks, coll, block, nblocks):
+    """This block is done with a run of ``coll``; the last block of all to finish that run
+    writes the CQ. A block may finish a collective's next runs before another block
+    finishes this one, so the blocks count each run in flight apart (run number modulo
+    RUNS: the host never has more in flight)."""
     _trace(st, pool, block, EV_COMPLETED, coll, 0, 0, 0)
     st[S_COMPLETED] += 1
-    old = atomic_add_gpu(pool + P_DONE + coll * 8, 1)   # counters of this rank's blocks
+    task = coll * TASK_WORDS
+    run = tasks[task + T_RUNS]
+    tasks[task + T_RUNS] = run + 1
+    old = atomic_add_gpu(pool + P_DONE + (coll * RUNS + run % RUNS) * 8, 1)
     if (old + 1) % nblocks == 0:
         k = atomic_add_gpu(pool + P_CQ_RESERVE, 1)
         entry = ctl + CTL_CQ + (k % CQ_CAP) * CQ_SIZE
@@ -220,10 +234,26 @@ def make_daemon(policy):
         return False
 
     @cuda.jit(device=True)
-    def absorb(st, act, akey, sh, params, ctl, pool, colls, tasks, block, nblocks, nranks,
-               slot_bytes):
-        """Take new SQ entries: activate their tasks (or finish at once if this block has
-        no share of the data)."""
+    def activate(act, akey, sh, params, tasks, coll, seq, send, recv, prio):
+        """Start a run of ``coll`` on this block: a fresh context, placed in policy order.
+        The slot counters (sent, recvd) carry on from the collective's previous run."""
+        task = coll * TASK_WORDS
+        tasks[task + T_SEQ] = seq
+        tasks[task + T_SEND] = send
+        tasks[task + T_RECV] = recv
+        tasks[task + T_STEP] = 0
+        tasks[task + T_LOOP] = 0
+        tasks[task + T_TRIES] = 0
+        tasks[task + T_PRIO] = prio
+        tasks[task + T_ACTIVE] = 1
+        _insert(act, akey, sh, coll, order_key(params, prio, seq, coll))
+
+    @cuda.jit(device=True)
+    def absorb(st, act, akey, sh, params, ctl, pool, colls, tasks, queue, block, nblocks,
+               nranks, slot_bytes):
+        """Take new SQ entries: activate their tasks, or queue a run behind its
+        collective's active one (or finish at once if this block has no share of the
+        data)."""
         f = st[S_FRONTIER]
         entry = ctl + CTL_SQ + (f % SQ_CAP) * SQ_SIZE
         seq = load_acquire(entry + SQ_SEQ)
@@ -240,18 +270,19 @@ def make_daemon(policy):
             _trace(st, pool, block, EV_ABSORBED, coll, f, 0, 0)
             begin, end, nloops, slot_elems = _span(colls, coll, block, nranks, slot_bytes)
             if nloops == 0:
-                _finish(st, ctl, pool, coll, block, nblocks)
+                _finish(st, ctl, pool, tasks, coll, block, nblocks)
                 continue
             task = coll * TASK_WORDS
-            tasks[task + T_SEQ] = f
-            tasks[task + T_SEND] = send
-            tasks[task + T_RECV] = recv
-            tasks[task + T_STEP] = 0
-            tasks[task + T_LOOP] = 0
-            tasks[task + T_TRIES] = 0
-            tasks[task + T_PRIO] = prio
-            tasks[task + T_ACTIVE] = 1
-            _insert(act, akey, sh, coll, order_key(params, prio, f, coll))
+            if tasks[task + T_ACTIVE] != 0:
+                q = tasks[task + T_QUEUED]
+                rec = (coll * (RUNS - 1) + q % (RUNS - 1)) * QUEUE_WORDS
+                queue[rec + Q_SEQ] = f
+                queue[rec + Q_SEND] = send
+                queue[rec + Q_RECV] = recv
+                queue[rec + Q_PRIO] = prio
+                tasks[task + T_QUEUED] = q + 1
+                continue
+            activate(act, akey, sh, params, tasks, coll, f, send, recv, prio)
         if f != st[S_FRONTIER]:
             st[S_FRONTIER] = f
             st[S_IDLE_SINCE] = now_ns()   # new work is activity: a block with no share of
@@ -299,8 +330,20 @@ def make_daemon(policy):
         st[S_CUR] = -1
 
     @cuda.jit(device=True)
-    def schedule(st, act, akey, sh, params, ctl, pool, colls, tasks, peers, rank, nranks,
-                 nslots, slot_bytes, conn_stride, block, nblocks):
+    def next_run(act, akey, sh, params, tasks, queue, coll):
+        """After a run of ``coll`` retires: activate the next one queued behind it."""
+        task = coll * TASK_WORDS
+        d = tasks[task + T_DEQUEUED]
+        if d == tasks[task + T_QUEUED]:
+            return
+        rec = (coll * (RUNS - 1) + d % (RUNS - 1)) * QUEUE_WORDS
+        tasks[task + T_DEQUEUED] = d + 1
+        activate(act, akey, sh, params, tasks, coll, queue[rec + Q_SEQ], queue[rec + Q_SEND],
+                 queue[rec + Q_RECV], queue[rec + Q_PRIO])
+
+    @cuda.jit(device=True)
+    def schedule(st, act, akey, sh, params, ctl, pool, colls, tasks, queue, peers, rank,
+                 nranks, nslots, slot_bytes, conn_stride, block, nblocks):
         """Thread 0: decide the block's next command (a step to move, or exit)."""
         status = _status(ctl, block)
         while True:
@@ -312,8 +355,8 @@ def make_daemon(policy):
                         if load_volatile(ctl + CTL_ABORT) != 0:
                             sh[SH_CMD] = CMD_EXIT
                             return
-                    absorb(st, act, akey, sh, params, ctl, pool, colls, tasks, block, nblocks,
-                           nranks, slot_bytes)
+                    absorb(st, act, akey, sh, params, ctl, pool, colls, tasks, queue, block,
+                           nblocks, nranks, slot_bytes)
                     if sh[SH_NACT] == 0:
                         if _may_quit(st, params, ctl, pool, block, now_ns() - st[S_IDLE_SINCE]):
                             sh[SH_CMD] = CMD_EXIT
@@ -337,7 +380,8 @@ def make_daemon(policy):
                 save_task(st, tasks, 0)
                 _remove(act, akey, sh, st[S_POS])
                 st[S_TRIES_LEFT] = 0
-                _finish(st, ctl, pool, coll, block, nblocks)
+                _finish(st, ctl, pool, tasks, coll, block, nblocks)
+                next_run(act, akey, sh, params, tasks, queue, coll)
                 continue
 
             flags, in_first, out_first, n = plan_step(
@@ -468,6 +512,8 @@ def make_daemon(policy):
         colls = as_array(pool + P_COLLS, MAX_COLLS * COLL_WORDS, np.int64)
         tasks = as_array(pool + P_TASKS + block * MAX_COLLS * TASK_WORDS * 8,
                          MAX_COLLS * TASK_WORDS, np.int64)
+        queue = as_array(pool + P_QUEUE + block * MAX_COLLS * (RUNS - 1) * QUEUE_WORDS * 8,
+                         MAX_COLLS * (RUNS - 1) * QUEUE_WORDS, np.int64)
         if tid == 0:
             for i in range(PARAM_SLOTS):
                 params[i] = load_volatile(ctl + CTL_PARAMS + i * 8)
@@ -475,8 +521,8 @@ def make_daemon(policy):
         cuda.syncthreads()
         while True:
             if tid == 0:
-                schedule(st, act, akey, sh, params, ctl, pool, colls, tasks, peers, rank, nranks,
-                         nslots, slot_bytes, conn_stride, block, nblocks)
+                schedule(st, act, akey, sh, params, ctl, pool, colls, tasks, queue, peers, rank,
+                         nranks, nslots, slot_bytes, conn_stride, block, nblocks)
             cuda.syncthreads()
             cmd = sh[SH_CMD]
             if cmd == CMD_EXIT:

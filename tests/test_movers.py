@@ -3,10 +3,11 @@
 A mover moves the 16-byte vectors its step's addresses allow and the rest (a head up to the
 first 16-byte boundary, the tail, or everything when the addresses sit at different offsets
 from one) an element at a time; both must give exactly what the element-at-a-time mover
-gave. The first test runs ``move`` itself in the simulator on every dtype, verb, op, count
-(around the vector widths: 1, 3, 7, 17, ...) and user-buffer offset, checks every output
-bit for bit against numpy and checks that nothing around the outputs is touched (the
-simulator's ``load16``/``store16`` refuse an address that is not 16-byte aligned). The others
+gave. The first test runs ``move`` itself in the simulator, on a block of three threads, on
+every dtype, verb, op, count (around the vector widths: 1, 3, 7, 17, ..., and around a round
+of ``UNROLL`` vectors a thread) and user-buffer offset, checks every output bit for bit
+against numpy and checks that nothing around the outputs is touched (the simulator's
+``load16``/``store16`` refuse an address that is not 16-byte aligned). The others
 run whole collectives on user buffers that start one element past an allocation. The PTX
 side (16-byte loads and stores in the daemon) is in test_kernels_compile.py.
 """
@@ -17,6 +18,7 @@ import pytest
 import pydfccl
 import workers
 from pydfccl import platform
+from pydfccl.codes import DTYPES
 from pydfccl.reference import buffer_elems
 
 SCRIPT = r"""
@@ -34,6 +36,11 @@ VERBS = dict(SEND=P.SEND, RECV_REDUCE_SEND=P.RECV_REDUCE_SEND,
              RECV=P.RECV, COPY=P.COPY)
 REDUCING = ("RECV_REDUCE_SEND", "RECV_REDUCE_COPY_SEND", "COPY")
 COUNTS = (1, 3, 7, 8, 17, 40)
+THREADS = 3                  # the block; a round: UNROLL vectors a thread, a block apart
+ROUND = P.UNROLL * THREADS
+# and per dtype, counts of vectors (plus one element) around a round and past two: the movers
+# take UNROLL at a time while a thread's UNROLL are all there, then one at a time
+VECTORS = (ROUND - 1, ROUND, ROUND + 1, 2 * ROUND + THREADS - 1)
 # (user_in, user_out) offsets in elements from a 16-byte boundary; "same" = in place
 OFFSETS = ((0, 0), (1, 1), (0, 3), (3, 0), (0, "same"), (1, "same"))
 DIVISOR = 3                  # avg over three ranks: integer truncation and float rounding
@@ -106,14 +113,17 @@ cases, checks = [], []
 rng = np.random.default_rng(0)
 arena = Arena(64 << 20)
 vector_cases = 0
+coverage = {}                # dtype -> which of the vector paths' regimes its cases ran
 for dtype, code in DTYPES.items():
     store = storage_dtype(dtype)
     size = store.itemsize
+    lanes = 16 // size
+    counts = COUNTS + tuple(v * lanes + 1 for v in VECTORS)
     for verb, flags in VERBS.items():
         for op_name in (OPS if verb in REDUCING else ("sum",)):
             op = OPS[op_name]
             f = flags if op_name == "avg" else flags & ~P.F_POSTDIV   # as the daemon does
-            for n in COUNTS:
+            for n in counts:
                 for off_in, off_out in OFFSETS:
                     if off_out == "same" and not (f & P.F_USER_IN and f & P.F_USER_OUT):
                         continue
@@ -139,6 +149,15 @@ for dtype, code in DTYPES.items():
                                                         addr["user_in"], addr["slot_out"],
                                                         addr["user_out"])
                     vector_cases += nvec > 0
+                    regimes = coverage.setdefault(dtype, set())
+                    if 0 < nvec <= ROUND - THREADS:
+                        regimes.add("one at a time")       # no thread has UNROLL
+                    elif ROUND - THREADS < nvec < ROUND:
+                        regimes.add("some threads UNROLL")
+                    elif nvec == ROUND:
+                        regimes.add("one round")
+                    elif nvec % ROUND and head and n - head - nvec * lanes:
+                        regimes.add("head, rounds, rest, tail")
                     cases.append([code, n, f, op, DIVISOR if op_name == "avg" else 1,
                                   addr["slot_in"], addr["user_in"], addr["slot_out"],
                                   addr["user_out"]])
@@ -146,7 +165,7 @@ for dtype, code in DTYPES.items():
                     checks.append((dtype, verb, op_name, n, off_in, off_out, f, bufs, want))
 
 table = np.array(cases, np.int64).ravel()
-run_cases[1, 3](table, len(cases))
+run_cases[1, THREADS](table, len(cases))
 
 failures = []
 for dtype, verb, op_name, n, off_in, off_out, f, bufs, want in checks:
@@ -167,6 +186,7 @@ for dtype, verb, op_name, n, off_in, off_out, f, bufs, want in checks:
         if what:
             failures.append(f"{dtype} {verb} {op_name} n={n} offsets={off_in},{off_out}: {what}")
 print(json.dumps(dict(cases=len(checks), vector_cases=int(vector_cases),
+                      coverage={k: sorted(v) for k, v in coverage.items()},
                       failures=failures[:20], nfailures=len(failures))))
 """
 
@@ -176,6 +196,10 @@ def test_movers_match_numpy_on_every_dtype_verb_op_count_and_offset():
     assert report["nfailures"] == 0, report["failures"]
     # vectors on the aligned (and equally misaligned) cases, elements alone on the rest
     assert 0 < report["vector_cases"] < report["cases"], report
+    # every dtype's vectors went one at a time, UNROLL at a time, both within one round, and
+    # rounds then the rest between a head and a tail
+    regimes = ["head, rounds, rest, tail", "one at a time", "one round", "some threads UNROLL"]
+    assert report["coverage"] == {d: regimes for d in DTYPES}, report
 
 
 def offset_cases(comm, cases, offset):

@@ -116,6 +116,7 @@ def _same(v):
 
 
 VECTOR_BYTES = 16
+UNROLL = 4        # 16-byte vectors a thread loads before it stores any: NCCL's simple protocol
 
 
 @cuda.jit(device=True)
@@ -150,20 +151,41 @@ def _vector_span(n, itemsize, flags, slot_in, user_in, slot_out, user_out):
 
 
 @cuda.jit(device=True)
+def _store_vector(flags, slot_out, user_out, at, v):
+    """Stores the 16 bytes ``v`` (low, high) at byte ``at`` of the step's destinations."""
+    if flags & F_SEND:
+        store16(slot_out + at, v[0], v[1])
+    if flags & F_USER_OUT:
+        store16(user_out + at, v[0], v[1])
+
+
+@cuda.jit(device=True)
 def _copy_vectors(nvec, flags, start, slot_in, user_in, slot_out, user_out):
     """A step that reduces nothing: the block copies ``nvec`` 16-byte vectors from byte
     ``start`` of its source (the slot it received, else the user's input) to its
-    destinations, whatever the element type."""
+    destinations, whatever the element type.
+
+    A thread loads UNROLL vectors, a block apart, before it stores any, as NCCL's simple
+    protocol does: more loads in flight (memory-level parallelism). The last vectors, fewer
+    than UNROLL a thread, go one at a time."""
     src = slot_in if flags & F_RECV else user_in
     i = cuda.threadIdx.x
     stride = cuda.blockDim.x
+    step = stride * VECTOR_BYTES
+    while i + (UNROLL - 1) * stride < nvec:
+        at = start + i * VECTOR_BYTES
+        v0 = load16(src + at)
+        v1 = load16(src + at + step)
+        v2 = load16(src + at + 2 * step)
+        v3 = load16(src + at + 3 * step)
+        _store_vector(flags, slot_out, user_out, at, v0)
+        _store_vector(flags, slot_out, user_out, at + step, v1)
+        _store_vector(flags, slot_out, user_out, at + 2 * step, v2)
+        _store_vector(flags, slot_out, user_out, at + 3 * step, v3)
+        i += UNROLL * stride
     while i < nvec:
         at = start + i * VECTOR_BYTES
-        lo, hi = load16(src + at)
-        if flags & F_SEND:
-            store16(slot_out + at, lo, hi)
-        if flags & F_USER_OUT:
-            store16(user_out + at, lo, hi)
+        _store_vector(flags, slot_out, user_out, at, load16(src + at))
         i += stride
 
 
@@ -176,7 +198,7 @@ def _make_mover(storage, compute=None, widen=_same, narrow=_same):
     Copies move the stored elements untouched.
 
     Where the step's addresses allow it (``_vector_span``), the block moves 16-byte vectors
-    (``16 // itemsize`` elements each, one per thread at a time); the elements before and
+    (``16 // itemsize`` elements each, UNROLL per thread at a time); the elements before and
     after them, and every element of a step whose addresses do not allow it, one at a time.
     Both compute each element with ``element``, so they give the same bits."""
     compute = storage if compute is None else compute
@@ -208,27 +230,53 @@ def _make_mover(storage, compute=None, widen=_same, narrow=_same):
         return v
 
     @cuda.jit(device=True)
+    def operands(flags, slot_in, user_in, at):
+        """The received and the user's 16 bytes at byte ``at`` (zeros where the step reads
+        none): (slot low, slot high, user low, user high)."""
+        slo, shi = 0, 0
+        mlo, mhi = 0, 0
+        if flags & F_RECV:
+            slo, shi = load16(slot_in + at)
+        if flags & F_USER_IN:
+            mlo, mhi = load16(user_in + at)
+        return slo, shi, mlo, mhi
+
+    @cuda.jit(device=True)
+    def vector(flags, op, divisor, x):
+        """The 16 output bytes (low, high) from ``operands`` ``x``, element by element."""
+        slo, shi, mlo, mhi = x
+        lo, hi = 0, 0
+        for k in range(per_word):     # the two 8-byte words side by side
+            lo = with_lane(lo, storage, k, element(flags, op, divisor, lane(slo, storage, k),
+                                                  lane(mlo, storage, k)))
+            hi = with_lane(hi, storage, k, element(flags, op, divisor, lane(shi, storage, k),
+                                                  lane(mhi, storage, k)))
+        return lo, hi
+
+    @cuda.jit(device=True)
     def reduce_vectors(nvec, flags, op, divisor, start, slot_in, user_in, slot_out, user_out):
+        """As ``_copy_vectors`` (UNROLL vectors' loads in flight, then their computes and
+        stores; the rest one at a time), through ``element``."""
         i = cuda.threadIdx.x
         stride = cuda.blockDim.x
+        step = stride * VECTOR_BYTES
+        while i + (UNROLL - 1) * stride < nvec:
+            at = start + i * VECTOR_BYTES
+            x0 = operands(flags, slot_in, user_in, at)
+            x1 = operands(flags, slot_in, user_in, at + step)
+            x2 = operands(flags, slot_in, user_in, at + 2 * step)
+            x3 = operands(flags, slot_in, user_in, at + 3 * step)
+            _store_vector(flags, slot_out, user_out, at, vector(flags, op, divisor, x0))
+            _store_vector(flags, slot_out, user_out, at + step, vector(flags, op, divisor, x1))
+            _store_vector(flags, slot_out, user_out, at + 2 * step,
+                          vector(flags, op, divisor, x2))
+            _store_vector(flags, slot_out, user_out, at + 3 * step,
+                          vector(flags, op, divisor, x3))
+            i += UNROLL * stride
         while i < nvec:
             at = start + i * VECTOR_BYTES
-            slo, shi = 0, 0
-            mlo, mhi = 0, 0
-            if flags & F_RECV:
-                slo, shi = load16(slot_in + at)
-            if flags & F_USER_IN:
-                mlo, mhi = load16(user_in + at)
-            lo, hi = 0, 0
-            for k in range(per_word):     # the two 8-byte words side by side
-                lo = with_lane(lo, storage, k, element(flags, op, divisor, lane(slo, storage, k),
-                                                      lane(mlo, storage, k)))
-                hi = with_lane(hi, storage, k, element(flags, op, divisor, lane(shi, storage, k),
-                                                      lane(mhi, storage, k)))
-            if flags & F_SEND:
-                store16(slot_out + at, lo, hi)
-            if flags & F_USER_OUT:
-                store16(user_out + at, lo, hi)
+            _store_vector(flags, slot_out, user_out, at,
+                          vector(flags, op, divisor, operands(flags, slot_in, user_in, at)))
             i += stride
 
     @cuda.jit(device=True)

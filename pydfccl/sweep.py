@@ -13,6 +13,15 @@ kernels, a kernel launch per collective, no daemon), ``nccl`` (the daemon under 
 policy: no preemption) and ``torch`` (NCCL itself through ``torch.distributed``, a process
 per GPU: only where there is a GPU per rank; ``pydfccl.torch.nccl_bench``). Each row of a
 baseline shows its time over the daemon's.
+
+On a GPU with every rank on it (the threads backend), a second table, "HBM efficiency", puts
+each row of pydfccl's own kernels (the daemon, ``launch``, ``nccl``) against a
+device-to-device copy of the same size timed in this run (``pydfccl.hbm``): the bytes all
+ranks read and write in device memory per run, walked from the step plan (all_reduce:
+(6n-4) x size), over the time, as a share of the copy's bytes read plus written. The rows
+written by ``--csv``/``--json`` gain ``hbm_bytes``, ``hbm_gbs``, ``copy_gbs`` and
+``hbm_pct_of_copy``. ``--no-hbm`` leaves it out; under the simulator one line says it needs a
+GPU.
 This is a benchmark: with ``-c`` it counts wrong elements (#wrong) but never fails a run.
 """
 
@@ -27,14 +36,16 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from . import platform
-from .codes import COLLECTIVE_KINDS, DTYPES, OPS
-from .launch import BACKENDS, launch
+from .codes import COLLECTIVE_KINDS, DTYPES, OPS, storage_dtype
+from .launch import BACKENDS, default_backend, launch
 from .reference import buffer_elems, reference
 from .sched.policies import policy_names
 
-__all__ = ["SweepOptions", "bus_factor", "sizes", "sweep_worker", "run_sweep", "main"]
+__all__ = ["SweepOptions", "bus_factor", "sizes", "sweep_worker", "run_sweep", "add_hbm",
+           "format_hbm_table", "hbm_report", "main"]
 
 BASELINES = {"launch": dict(policy="nccl", persistent=False), "nccl": dict(policy="nccl")}
+HBM_MODES = ("daemon", "launch", "nccl")    # pydfccl's kernels: the step plan hbm.py walks
 
 
 @dataclass(frozen=True)
@@ -167,6 +178,70 @@ def format_table(rows: list[dict], base: dict | None) -> str:
     return "\n".join(lines)
 
 
+def add_hbm(results: dict, opts: SweepOptions, copy_gbs: dict) -> list[dict]:
+    """Add ``hbm_bytes`` (read plus written by all ranks per run), ``hbm_gbs``, ``copy_gbs``
+    (``copy_gbs[size]``: the copy of the row's size) and ``hbm_pct_of_copy`` to each row of
+    the modes in HBM_MODES; return those rows."""
+    from .hbm import hbm_bytes
+    from .world import WorldConfig
+
+    cfg = WorldConfig(opts.nranks, **opts.world)      # the sizes launch gives the ranks
+    itemsize = storage_dtype(opts.dtype).itemsize
+    counted, out = {}, []
+    for mode in HBM_MODES:
+        for r in results.get(mode, []):
+            if r["count"] not in counted:
+                counted[r["count"]] = hbm_bytes(opts.coll, opts.nranks, r["count"], itemsize,
+                                                root=opts.root, nblocks=cfg.nblocks,
+                                                slot_bytes=cfg.slot_bytes)
+            nbytes = counted[r["count"]]
+            gbs = nbytes / (r["time_us"] * 1e-6) / 1e9
+            copy = copy_gbs[r["size"]]
+            r.update(hbm_bytes=nbytes, hbm_gbs=gbs, copy_gbs=copy,
+                     hbm_pct_of_copy=100 * gbs / copy)
+            out.append(r)
+    return out
+
+
+def format_hbm_table(rows: list[dict]) -> str:
+    head = (f"{'mode':>8} {'size(B)':>12} {'time(us)':>10} {'HBM bytes':>14} "
+            f"{'HBM GB/s':>10} {'copy GB/s':>10} {'% of copy':>10}")
+    lines = [head]
+    for r in rows:
+        lines.append(f"{r['mode']:>8} {r['size']:>12} {r['time_us']:>10.1f} "
+                     f"{r['hbm_bytes']:>14} {r['hbm_gbs']:>10.1f} {r['copy_gbs']:>10.1f} "
+                     f"{r['hbm_pct_of_copy']:>10.1f}")
+    return "\n".join(lines)
+
+
+def hbm_report(results: dict, opts: SweepOptions, backend: str | None) -> str:
+    """The "HBM efficiency" table (adding its values to the rows), or the line that says
+    why there is none: it needs a GPU, and every rank on it (the threads backend)."""
+    if not platform.gpu_available():
+        return "# HBM efficiency: needs a GPU (not measured on the CUDA simulator)"
+    backend = backend or default_backend()
+    if backend != "threads":
+        return (f"# HBM efficiency: only with every rank on this one GPU (the threads "
+                f"backend), not with the {backend} backend")
+    if not any(results.get(mode) for mode in HBM_MODES):
+        return "# HBM efficiency: no row of pydfccl's kernels to count"
+    from .hbm import copy_bandwidths
+
+    copy = copy_bandwidths({r["size"] for m in HBM_MODES for r in results.get(m, [])})
+    rows = add_hbm(results, opts, copy)
+    lines = [f"# HBM efficiency ({opts.coll}, {opts.nranks} ranks on this GPU): HBM bytes = "
+             "read plus written in device memory by all ranks per run, as the step plan "
+             "moves them (pydfccl.hbm); copy = cuMemcpyDtoD of the same size in this run, "
+             "read plus written"]
+    try:
+        l2 = platform.device_attribute("L2_CACHE_SIZE")
+        lines.append(f"# sizes near or under the L2 cache ({l2 / 2**20:.0f} MiB) need not "
+                     "reach HBM")
+    except Exception:     # only a note: the table stands without it
+        pass
+    return "\n".join(lines + [format_hbm_table(rows)])
+
+
 def plot(results: dict, path: str, title: str) -> None:
     import matplotlib
 
@@ -221,6 +296,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="FILE", help="write every row as JSON")
     p.add_argument("--plot", metavar="FILE", help="draw busbw against size (PNG)")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-hbm", action="store_true",
+                   help="leave out the HBM efficiency table (GPU, threads backend: the bytes "
+                        "the algorithm reads and writes against a copy measured in this run)")
     return p
 
 
@@ -264,11 +342,17 @@ def main(argv: list[str]) -> int:
         print(f"# {mode}: Avg bus bandwidth    : {np.mean([r['busbw'] for r in rows]):.3f} GB/s",
               flush=True)
         base = base or {r["size"]: r["time_us"] for r in rows}
+    if not args.no_hbm:
+        try:
+            print(hbm_report(results, opts, args.backend), flush=True)
+        except Exception as exc:     # an extra table: the sweep's rows are still written
+            print(f"# HBM efficiency: failed: {exc!r}", file=sys.stderr, flush=True)
     all_rows = [r for rows in results.values() for r in rows]
     if args.csv:
         import csv
+        fields = list(dict.fromkeys(k for r in all_rows for k in r))  # the HBM keys: some rows
         with open(args.csv, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(all_rows[0]))
+            writer = csv.DictWriter(f, fieldnames=fields)
             writer.writeheader()
             writer.writerows(all_rows)
     if args.json:

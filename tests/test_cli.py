@@ -119,3 +119,42 @@ def test_bench_latency_reports_a_failed_measurement_and_keeps_the_rows_before(mo
     out = capsys.readouterr().out
     assert "kernel launch per call   failed: deadlock: no progress" in out
     assert "daemon (dfccl)" in out and "5.0" in out
+
+
+def test_bench_rows_gain_the_hbm_keys_and_keep_the_old_ones(monkeypatch, tmp_path, capsys):
+    """The HBM efficiency table as on a GPU (threads backend), its copy figures given: the
+    CSV and JSON rows keep nccl-tests' keys, in order, and gain the HBM ones."""
+    import csv
+    import json
+
+    from pydfccl import hbm, platform, sweep
+
+    real = sweep.hbm_report
+
+    def on_a_gpu(results, opts, backend):     # only the report thinks it is on a GPU
+        with monkeypatch.context() as m:
+            m.setattr(platform, "gpu_available", lambda: True)
+            m.setattr(hbm, "copy_bandwidths", lambda sizes: {s: 1000.0 for s in sizes})
+            return real(results, opts, "threads")
+
+    monkeypatch.setattr(sweep, "hbm_report", on_a_gpu)
+    out_json, out_csv = tmp_path / "b.json", tmp_path / "b.csv"
+    assert cli.main(["bench", "--nranks", "2", "-b", "8", "-e", "16", "-n", "1", "-w", "0",
+                     "--baseline", "launch", "--no-progress", "--json", str(out_json),
+                     "--csv", str(out_csv)]) == 0
+    out = capsys.readouterr().out
+    assert "HBM efficiency (all_reduce, 2 ranks on this GPU)" in out and "% of copy" in out
+    old = ["mode", "size", "count", "type", "redop", "root", "time_us", "algbw", "busbw",
+           "wrong"]
+    new = ["hbm_bytes", "hbm_gbs", "copy_gbs", "hbm_pct_of_copy"]
+    with open(out_csv, newline="") as f:
+        reader = csv.DictReader(f)
+        assert reader.fieldnames == old + new
+        rows = list(reader)
+    assert [(r["mode"], r["size"], r["hbm_bytes"]) for r in rows] == [
+        ("daemon", "8", "64"), ("daemon", "16", "128"),       # (6n-4) x size, n = 2
+        ("launch", "8", "64"), ("launch", "16", "128")]
+    for r in json.loads(out_json.read_text())["rows"]:
+        assert list(r) == old + new
+        assert r["copy_gbs"] == 1000.0
+        assert r["hbm_gbs"] == pytest.approx(r["hbm_bytes"] / r["time_us"] / 1e3)

@@ -31,7 +31,10 @@ for s in $stages; do
     demo8_sync) stage demo8_sync 100 $PY -m pydfccl demo -n 8 -k 8 -i 20 --sync device --no-progress ;;
     bench)      stage bench 60 $PY -m pydfccl bench latency -n 2 --iters 10000 ;;
     bench1)     stage bench1 60 $PY -m pydfccl bench latency -n 1 --iters 3000 ;;
-    many4)      stage many4 120 $PY -m pydfccl bench latency -n 4 -k 64 -c 1024 --iters 200 -w 20 ;;
+    many4)      stage many4 120 env PYDFCCL_DEADLOCK_STACKS=1 $PY -m pydfccl bench latency -n 4 -k 64 -c 1024 --iters 200 -w 20 ;;
+    many4_conn) # the same with 32 hardware work queues (CUDA's default is 8; streams beyond
+                # share them, and a kernel then waits behind another stream's)
+                stage many4_conn 120 env CUDA_DEVICE_MAX_CONNECTIONS=32 PYDFCCL_DEADLOCK_STACKS=1 $PY -m pydfccl bench latency -n 4 -k 64 -c 1024 --iters 200 -w 20 ;;
     bench8)     stage bench8 100 $PY -m pydfccl bench latency -n 8 --iters 1000 ;;
     timeline)   stage timeline 100 $PY -m pydfccl demo -n 8 -k 8 -i 1 --no-progress --trace "$LOGS/timeline8.json" --plot "$OUT/timeline8.png" ;;
     soak)       stage soak $(( ${SOAK_SECONDS:-120} + 60 )) $PY -m pydfccl soak --seconds ${SOAK_SECONDS:-120} --no-progress ;;
@@ -49,6 +52,12 @@ for s in $stages; do
                 stage train2_gpus_nccl 90 $PY examples/train_gpt.py --nranks 2 --tp 1 --steps 20 --backend nccl --device cuda --watchdog 20 --timeout 80 ;;
     sweep4_big) # large messages with larger slots and more channels (16 blocks, 1 MiB slots)
                 stage sweep4_big 240 $PY -m pydfccl bench --nranks 4 -b 1048576 -e 268435456 -f 16 -n 10 -w 2 --baseline none --nblocks 16 --slot-bytes 1048576 --no-progress ;;
+    big256)     # issue 5's large-message target: 256 MiB on 4 ranks against the copy measured
+                # in the same run, for channel counts and slot sizes (BIG_CONFIGS="blocks:bytes ...")
+                for c in ${BIG_CONFIGS:-16:1048576 32:1048576 32:524288}; do
+                  stage big256_${c%%:*}x${c##*:} 120 $PY -m pydfccl bench --nranks 4 -b 268435456 -e 268435456 -n 10 -w 2 --baseline none --nblocks ${c%%:*} --slot-bytes ${c##*:} --no-progress
+                done ;;
+    movers)     stage movers 120 $PY scripts/probe_movers.py ;;
     probe)      stage probe 60 $PY scripts/probe_timer.py ;;
     probe_host) stage probe_host 60 $PY scripts/probe_host.py ;;
     probe_latency) stage probe_latency 90 $PY scripts/probe_latency.py ;;

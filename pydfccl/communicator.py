@@ -373,6 +373,16 @@ class Communicator:
         return future
 
     def _launch_once(self) -> None:
+        """The launch-per-collective baseline's kernel for a run. Like NCCL's, it spins until
+        every peer's kernel has arrived, and a device free waits for every kernel, so
+        Numba's frees are held while this rank has runs outstanding (``_drain_cq_locked``
+        lets them go): on the H200 a free from the garbage collector, inside a rank thread's
+        next launch, deadlocked the baseline (2026-11-30 00:33). PyTorch's caching allocator
+        keeps NCCL's users from freeing in the same way."""
+        with self._lock:
+            if self._frees_held is None:
+                self._frees_held = platform.deferred_frees()
+                self._frees_held.__enter__()
         platform.launch(self._configured, self._launch_args)
         self._launches += 1
 
@@ -492,7 +502,8 @@ class Communicator:
                 self._let_frees_go()
 
     def _let_frees_go(self) -> None:
-        """End the hold on Numba's frees that ``hold_daemon`` took (caller holds the lock)."""
+        """End the hold on Numba's frees that ``hold_daemon`` or ``_launch_once`` took
+        (caller holds the lock)."""
         if self._frees_held is not None:
             self._frees_held.__exit__(None, None, None)
             self._frees_held = None
@@ -805,6 +816,8 @@ class Communicator:
                 self._completed += 1
                 self._completed_word[0] = self._completed
                 resubmitted = self._submit_waiting(index) > 0
+                if not self.persistent and not self._outstanding() and not self._holds:
+                    self._let_frees_go()     # no kernel of this rank waits for a peer
             if resubmitted and not self.persistent:
                 self._launch_once()
             done.append((index, future, buffers))

@@ -82,6 +82,17 @@ def test_several_runs_of_a_collective_in_flight_stay_apart(count):
         assert out["stats"]["completed"] == ncolls * runs
 
 
+def test_launch_per_call_holds_frees_while_its_kernels_may_wait_for_peers():
+    """A device free waits for every kernel, and a baseline kernel spins until its peers'
+    arrive: the baseline holds Numba's frees from each launch until nothing is outstanding."""
+    per_rank = pydfccl.launch(workers.frees_held_while_launched, 2, args=(3,),
+                              persistent=False, timeout=300)
+    for out in per_rank:
+        assert out["held"] and all(out["held"]), out["held"]
+        assert out["held_after"] is False
+        assert out["stats"]["completed"] == 3
+
+
 def test_preempted_collectives_resume_exactly():
     """Ranks submit in rotated orders and order tasks by arrival (the paper's order): each
     rank's head waits for a peer that runs another collective, so tasks are preempted

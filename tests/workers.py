@@ -257,6 +257,31 @@ def runs_in_flight(comm, ncolls: int, runs: int, count: int):
                 stats=comm.stats())
 
 
+def frees_held_while_launched(comm, runs: int):
+    """The launch-per-collective baseline (``persistent=False``): whether Numba's frees were
+    held at each of this rank's kernel launches, and whether they are let go once nothing
+    is outstanding."""
+    from pydfccl import communicator
+
+    comm.prepare(0, "all_reduce", count=4, dtype="int64")
+    comm.start()
+    held = []
+    real_launch = communicator.platform.launch
+
+    def recording_launch(configured, args):
+        held.append(comm._frees_held is not None)
+        real_launch(configured, args)
+
+    communicator.platform.launch = recording_launch
+    try:
+        x = _fill(comm, np.full(4, comm.rank, np.int64))
+        for _ in range(runs):
+            comm.run(0, x, comm.empty(4, "int64")).result(timeout=120)
+    finally:
+        communicator.platform.launch = real_launch
+    return dict(held=held, held_after=comm._frees_held is not None, stats=comm.stats())
+
+
 def steady_resources(comm, rounds: int):
     """Threads, Python objects and launches stay bounded over many collectives."""
     import gc

@@ -2,7 +2,9 @@
 
 For each size from ``-b`` to ``-e`` (times ``-f``), every rank submits ``-n`` runs of one
 collective back to back (after ``-w`` warm-up runs) and waits for them; the time of a run is
-the slowest rank's wall time divided by ``-n``. Columns and bus-bandwidth factors follow
+the slowest rank's wall time divided by ``-n``. On a GPU with the ranks as threads, one
+thread drives every rank (``--driver one``, as nccl-tests' ``-g``): rank threads would hand
+the GIL to one another between submissions. Columns and bus-bandwidth factors follow
 nccl-tests (``doc/PERFORMANCE.md`` there): algbw = size / time, busbw = algbw x factor, with
 factor 2(n-1)/n for all_reduce, (n-1)/n for all_gather, reduce_scatter and all_to_all, and 1
 for broadcast and reduce. ``size`` is the bytes of the larger of a rank's two buffers, as
@@ -37,6 +39,7 @@ import numpy as np
 
 from . import platform
 from .codes import COLLECTIVE_KINDS, DTYPES, OPS, storage_dtype
+from .group import close_all, init_all, start_all
 from .launch import BACKENDS, default_backend, launch
 from .reference import buffer_elems, reference
 from .sched.policies import policy_names
@@ -100,50 +103,93 @@ def _input(rank: int, elems: int, dtype: str) -> np.ndarray:
     return ((np.arange(elems) * 7 + rank) % 3 + 1).astype(dtype)
 
 
-def sweep_worker(comm, opts: SweepOptions, steps: list) -> list[dict]:
-    """One rank's sweep: a collective per size, timed over ``iters`` back-to-back runs."""
-    for i, (_, count) in enumerate(steps):
-        comm.prepare(i, opts.coll, count=count, dtype=opts.dtype, op=opts.op, root=opts.root)
-    comm.start()
+def sweep_ranks(comms: list, start, opts: SweepOptions, steps: list) -> list[list[dict]]:
+    """The sweep of the ranks in ``comms``, driven by this thread: one rank (a thread or
+    process per rank, ``sweep_worker``) or every rank of the world (``init_all``, as
+    nccl-tests' ``-g``). ``start`` starts them. Each size: ``warmup`` runs waited one by
+    one, then ``iters`` runs submitted back to back (every rank's k-th before any rank's
+    (k+1)-th) and waited together; a collective keeps RUNS_IN_FLIGHT of them on the device.
+    Every buffer is made and filled before the first run and the results are read after
+    the last: a copy made while a peer's kernel waits for this rank can wait behind it,
+    which the launch-per-collective baseline, like NCCL, does not survive (H200,
+    2026-11-30 00:39: a rank blocked between sizes, a peer's kernel waiting for it)."""
+    for comm in comms:
+        for i, (_, count) in enumerate(steps):
+            comm.prepare(i, opts.coll, count=count, dtype=opts.dtype, op=opts.op,
+                         root=opts.root)
+    start()
+    buffers = [[_buffers(comm, opts, count) for _, count in steps] for comm in comms]
     bar = None
-    if opts.progress and comm.rank == 0:
+    if opts.progress and comms[0].rank == 0:
         from tqdm import tqdm
         bar = tqdm(total=len(steps), desc=f"bench {opts.coll}", unit="size", file=sys.stderr)
-    rows = []
-    for i, (nbytes, count) in enumerate(steps):
-        send_elems, recv_elems = buffer_elems(opts.coll, count, comm.nranks)
-        send = comm.empty(send_elems, opts.dtype)
-        platform.copy_in(send, _input(comm.rank, send_elems, opts.dtype))
-        recv = comm.empty(recv_elems, opts.dtype)
+    seconds = []
+    for i in range(len(steps)):
         for _ in range(opts.warmup):
-            comm.run(i, send, recv).result(timeout=600)
+            _wait([comm.run(i, *mine[i]) for comm, mine in zip(comms, buffers)])
         t0 = time.perf_counter()
-        futures = [comm.run(i, send, recv) for _ in range(opts.iters)]
-        for f in futures:
-            f.result(timeout=600)
-        seconds = (time.perf_counter() - t0) / max(1, opts.iters)
-        wrong = -1
-        if opts.check:
-            want = reference(opts.coll, [_input(r, send_elems, opts.dtype)
-                                         for r in range(comm.nranks)], opts.op, opts.root,
-                             comm.rank)
-            got = platform.to_numpy(recv, opts.dtype)
-            wrong = 0 if want is None else int(np.count_nonzero(got[:want.size] != want))
-        rows.append(dict(size=nbytes, count=count, seconds=seconds, wrong=wrong))
+        _wait([comm.run(i, *mine[i]) for _ in range(opts.iters)
+               for comm, mine in zip(comms, buffers)])
+        seconds.append((time.perf_counter() - t0) / max(1, opts.iters))
         if bar:
             bar.update(1)
     if bar:
         bar.close()
-    return rows
+    return [[dict(size=nbytes, count=count, seconds=seconds[i],
+                  wrong=_wrong(comm, opts, count, mine[i]))
+             for i, (nbytes, count) in enumerate(steps)]
+            for comm, mine in zip(comms, buffers)]
 
 
-def run_sweep(opts: SweepOptions, mode: str = "daemon", backend=None) -> list[dict]:
+def sweep_worker(comm, opts: SweepOptions, steps: list) -> list[dict]:
+    """One rank's sweep (``pydfccl.launch``: a thread or process per rank)."""
+    return sweep_ranks([comm], comm.start, opts, steps)[0]
+
+
+def _buffers(comm, opts: SweepOptions, count: int) -> tuple:
+    send_elems, recv_elems = buffer_elems(opts.coll, count, comm.nranks)
+    send = comm.empty(send_elems, opts.dtype)
+    platform.copy_in(send, _input(comm.rank, send_elems, opts.dtype))
+    return send, comm.empty(recv_elems, opts.dtype)
+
+
+def _wait(futures: list) -> None:
+    for f in futures:
+        f.result(timeout=600)
+
+
+def _wrong(comm, opts: SweepOptions, count: int, buffers: tuple) -> int:
+    """Wrong elements of the last run's output (-1: not checked)."""
+    if not opts.check:
+        return -1
+    send_elems, _ = buffer_elems(opts.coll, count, comm.nranks)
+    want = reference(opts.coll, [_input(r, send_elems, opts.dtype) for r in range(comm.nranks)],
+                     opts.op, opts.root, comm.rank)
+    got = platform.to_numpy(buffers[1], opts.dtype)
+    return 0 if want is None else int(np.count_nonzero(got[:want.size] != want))
+
+
+def one_thread_sweep(opts: SweepOptions, steps: list, **options) -> list[list[dict]]:
+    """Every rank driven by this thread (GPU only: ``init_all``)."""
+    comms = init_all(opts.nranks, **options, **opts.world)
+    try:
+        return sweep_ranks(comms, lambda: start_all(comms), opts, steps)
+    finally:
+        close_all(comms)
+
+
+def run_sweep(opts: SweepOptions, mode: str = "daemon", backend=None,
+              driver: str = "threads") -> list[dict]:
     """The sweep in one mode (``daemon`` or a key of BASELINES); one row per size with the
-    slowest rank's time and the wrong elements summed over ranks."""
+    slowest rank's time and the wrong elements summed over ranks. ``driver``: ``threads``
+    (``pydfccl.launch``, a thread or process per rank) or ``one`` (this thread drives every
+    rank; GPU only)."""
     steps = sizes(opts)
     if mode in ("NCCL", "gloo"):       # torch.distributed's backend of that name
         from .torch.nccl_bench import run_torch_sweep
         per_rank = run_torch_sweep(opts, steps, backend=mode.lower())
+    elif driver == "one":
+        per_rank = one_thread_sweep(opts, steps, **BASELINES.get(mode, dict(policy=opts.policy)))
     else:
         options = BASELINES.get(mode, dict(policy=opts.policy))
         per_rank = launch(sweep_worker, opts.nranks, backend=backend, args=(opts, steps),
@@ -296,6 +342,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="FILE", help="write every row as JSON")
     p.add_argument("--plot", metavar="FILE", help="draw busbw against size (PNG)")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--driver", choices=("one", "threads"), default=None,
+                   help="one: this thread drives every rank (pydfccl.init_all, as nccl-tests' "
+                        "-g; GPU and threads backend only); threads: a thread or process per "
+                        "rank (pydfccl.launch); default: one where it can run")
     p.add_argument("--no-hbm", action="store_true",
                    help="leave out the HBM efficiency table (GPU, threads backend: the bytes "
                         "the algorithm reads and writes against a copy measured in this run)")
@@ -320,7 +370,13 @@ def main(argv: list[str]) -> int:
         print(f"bench: root {opts.root} out of range for {opts.nranks} ranks", file=sys.stderr)
         return 2
     where = "GPU" if platform.gpu_available() else "CUDA simulator (CPU)"
-    print(f"# pydfccl bench on the {where}: {opts.coll}, {opts.nranks} ranks, policy "
+    one_possible = platform.gpu_available() and (args.backend or default_backend()) == "threads"
+    driver = args.driver or ("one" if one_possible else "threads")
+    if driver == "one" and not one_possible:
+        print("bench: --driver one needs a GPU and the threads backend", file=sys.stderr)
+        return 2
+    print(f"# pydfccl bench on the {where}: {opts.coll}, {opts.nranks} ranks, {driver} "
+          f"driver, policy "
           f"{opts.policy}, {opts.iters} runs per size after {opts.warmup} warm-up"
           + "".join(f", {k} {v}" for k, v in opts.world.items()))
     modes = ["daemon"] + {"none": [], "launch": ["launch"], "nccl": ["nccl"],
@@ -337,7 +393,7 @@ def main(argv: list[str]) -> int:
             modes.append("NCCL" if args.torch_backend == "nccl" else "gloo")
     results, base = {}, None
     for mode in modes:      # each table as soon as it is measured: a long sweep shows progress
-        rows = results[mode] = run_sweep(opts, mode, args.backend)
+        rows = results[mode] = run_sweep(opts, mode, args.backend, driver)
         print(format_table(rows, base), flush=True)
         print(f"# {mode}: Avg bus bandwidth    : {np.mean([r['busbw'] for r in rows]):.3f} GB/s",
               flush=True)

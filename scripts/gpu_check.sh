@@ -57,6 +57,8 @@ for s in $stages; do
                 for c in ${BIG_CONFIGS:-16:1048576 32:1048576 32:524288}; do
                   stage big256_${c%%:*}x${c##*:} 120 $PY -m pydfccl bench --nranks 4 -b 268435456 -e 268435456 -n 10 -w 2 --baseline none --nblocks ${c%%:*} --slot-bytes ${c##*:} --no-progress
                 done ;;
+    big256_policy) # the 256 MiB target's best configuration so far, dfccl against the nccl policy
+                stage big256_policy 150 $PY -m pydfccl bench --nranks 4 -b 16777216 -e 268435456 -f 16 -n 10 -w 2 --baseline nccl --nblocks 32 --slot-bytes 524288 --no-progress ;;
     movers)     stage movers 120 $PY scripts/probe_movers.py ;;
     probe)      stage probe 60 $PY scripts/probe_timer.py ;;
     probe_host) stage probe_host 60 $PY scripts/probe_host.py ;;

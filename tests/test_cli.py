@@ -63,6 +63,12 @@ def test_bench_sweeps_sizes_in_nccl_tests_form(tmp_path, capsys):
         assert abs(r["busbw"] - r["algbw"] * 2 / 3) < 1e-9      # all_gather: (n-1)/n
     assert out_csv.read_text().splitlines()[0].startswith("mode,size,count")
     assert bus_factor("all_reduce", 4) == 1.5 and bus_factor("broadcast", 4) == 1.0
+    assert "threads driver" in out                  # the simulator: a process per rank
+
+
+def test_bench_driver_one_needs_a_gpu_and_the_threads_backend(capsys):
+    assert cli.main(["bench", "--driver", "one", "--no-progress"]) == 2
+    assert "--driver one needs a GPU" in capsys.readouterr().err
 
 
 def test_pydfccl_debug_configures_logging_or_names_a_bad_level():

@@ -129,6 +129,13 @@ class Communicator:
         # persistent=False is the launch-per-collective baseline: no daemon loop, every run()
         # launches a kernel that runs what is queued and exits.
         self.persistent = persistent
+        # Runs of one collective in the SQ at once. The baseline keeps one: its blocks each
+        # take what the SQ holds when they look and exit when done, so with several runs of
+        # a collective queued, blocks of one launch can take different runs, and a block
+        # whose runs a later launch must do waits behind the blocks still running, which
+        # wait for it through the ring (H200, 2026-11-30 00:45: sweep4s's launch baseline
+        # deadlocked so at 16 MiB).
+        self._runs_in_flight = L.RUNS_IN_FLIGHT if persistent else 1
         if not persistent:
             self.policy = get_policy("launch_per_call")
         self._exchange = exchange or (lambda obj: [obj])
@@ -362,7 +369,7 @@ class Communicator:
                 raise self._error
             waiting = self._pending[index]
             if (waiting or index in self._unconfirmed
-                    or len(self._inflight[index]) >= L.RUNS_IN_FLIGHT):
+                    or len(self._inflight[index]) >= self._runs_in_flight):
                 waiting.append((future, send_addr, recv_addr, prio, (send, recv)))
             else:
                 self._submit(index, future, send_addr, recv_addr, prio, (send, recv))
@@ -401,10 +408,10 @@ class Communicator:
         self._inflight[index].append((future, buffers))
 
     def _submit_waiting(self, index) -> int:
-        """Submit the runs of ``index`` held on the host, as many as RUNS_IN_FLIGHT allows
+        """Submit the runs of ``index`` held on the host, as many as ``_runs_in_flight`` allows
         (caller holds the lock); how many."""
         waiting, count = self._pending[index], 0
-        while waiting and len(self._inflight[index]) < L.RUNS_IN_FLIGHT:
+        while waiting and len(self._inflight[index]) < self._runs_in_flight:
             self._submit(index, *waiting.popleft())
             count += 1
         if count:

@@ -275,11 +275,33 @@ def frees_held_while_launched(comm, runs: int):
     communicator.platform.launch = recording_launch
     try:
         x = _fill(comm, np.full(4, comm.rank, np.int64))
-        for _ in range(runs):
-            comm.run(0, x, comm.empty(4, "int64")).result(timeout=120)
+        futures = [comm.run(0, x, comm.empty(4, "int64")) for _ in range(runs)]
+        for f in futures:
+            f.result(timeout=120)
     finally:
         communicator.platform.launch = real_launch
     return dict(held=held, held_after=comm._frees_held is not None, stats=comm.stats())
+
+
+def baseline_keeps_one_run_in_flight(comm, runs: int):
+    """One rank of the launch-per-collective baseline, its launches held back at first:
+    how many of ``runs`` runs, submitted without waiting, went to the SQ; then the results
+    once launches are let through."""
+    from pydfccl import communicator
+
+    comm.prepare(0, "all_reduce", count=4, dtype="int64")
+    comm.start()
+    real_launch = communicator.platform.launch
+    communicator.platform.launch = lambda configured, args: None
+    try:
+        x = _fill(comm, np.full(4, 7, np.int64))
+        futures = [comm.run(0, x, comm.empty(4, "int64")) for _ in range(runs)]
+        submitted = comm.stats()["submitted"]
+    finally:
+        communicator.platform.launch = real_launch
+    comm._launch_once()       # the held-back launch: each completion submits the next run
+    results = [platform.to_numpy(f.result(timeout=120)).tolist() for f in futures]
+    return dict(submitted=submitted, results=results)
 
 
 def steady_resources(comm, rounds: int):

@@ -9,7 +9,7 @@ source "$(dirname "$0")/gpu_common.sh"
 
 case "${1:-quick}" in
   quick) stages="tests demo4 demo8_nccl bench" ;;
-  full)  stages="tests demo8 demo8_nccl demo4_sync replay timeline soak bench bench8 sweep4" ;;
+  full)  stages="tests demo8 demo8_nccl demo4_sync replay timeline soak bench bench8 many4 sweep4 sweep4_policy big256" ;;
   *)     stages="$*" ;;
 esac
 for s in $stages; do

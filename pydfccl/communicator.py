@@ -783,20 +783,28 @@ class Communicator:
         self._set_error(error)
 
     def _help_until_done(self, future, timeout) -> None:
-        """Drain the CQ from the calling thread until ``future`` is done (or a short while)."""
+        """Drain the CQ from the calling thread until ``future`` is done (or a short while).
+        The thread watches the next stamp without the GIL and drains as soon as it is there.
+        Only a stamp that is there but that this thread could not drain (another thread,
+        the poller, holds the drain) makes it sleep on the future, rather than spin against
+        that thread for the GIL. Until 2026-11-30 a stamp seen by its own watch put it to
+        sleep too, so every completion waited for the poller's next turn (up to 100 us,
+        ``progress.SLEEP_WHEN_HELPED``)."""
         if future.done() or self._state != "started":
             return
         spin = CollectiveFuture.SPIN_SECONDS
         end = time.perf_counter() + (spin if timeout is None else min(spin, timeout))
         self._helpers += 1
         try:
+            seen = False       # the stamp was there at this thread's last look
             while not future.done() and time.perf_counter() < end:
                 if self._drain_cq():
-                    continue
-                if wait_for_stamp(*self._next_stamp(), SPINS_PER_CALL) and not future.done():
-                    # The stamp is there but another thread (the poller) is draining it:
-                    # sleep on the future rather than spin against that thread for the GIL.
+                    seen = False
+                elif seen:     # there, yet not drained here: another thread drains it
                     wait_for_futures([future], timeout=1e-3)
+                    seen = False
+                else:
+                    seen = wait_for_stamp(*self._next_stamp(), SPINS_PER_CALL)
         finally:
             self._helpers -= 1
             self._helped_at = time.perf_counter()

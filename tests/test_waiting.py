@@ -1,0 +1,81 @@
+"""How a thread waiting in ``Future.result()`` learns of its completion: the host logic of
+``Communicator._help_until_done`` alone, on a stand-in for the communicator whose CQ stamp
+a thread of the test writes (under the simulator the real one does not spin at all)."""
+
+import threading
+import time
+from concurrent.futures import Future
+
+import numpy as np
+import pytest
+
+from pydfccl import communicator
+
+
+class StandIn:
+    """What ``_help_until_done`` uses of a communicator: one CQ stamp, and a drain that
+    completes the future once the stamp is there (unless another thread "holds" it)."""
+
+    _help_until_done = communicator.Communicator._help_until_done
+
+    def __init__(self, drain_held_elsewhere: bool):
+        self._state = "started"
+        self._helpers = 0
+        self._helped_at = 0.0
+        self.stamp = np.zeros(1, np.int64)
+        self.future = Future()
+        self.held_elsewhere = drain_held_elsewhere
+        self.drained_by = []
+
+    def _next_stamp(self):
+        return self.stamp.ctypes.data, 1
+
+    def _drain_cq(self) -> int:
+        if self.held_elsewhere or self.stamp[0] < 1:
+            return 0
+        self.drained_by.append(threading.get_ident())
+        self.future.set_result("done")
+        return 1
+
+
+def _after(seconds, fn):
+    timer = threading.Timer(seconds, fn)
+    timer.start()
+    return timer
+
+
+@pytest.fixture
+def sleeps(monkeypatch):
+    """The waiter's sleeps on its future, counted; the spin budget a GPU gives it."""
+    calls = []
+    real = communicator.wait_for_futures
+
+    def counted(futures, timeout):
+        calls.append(timeout)
+        return real(futures, timeout=timeout)
+
+    monkeypatch.setattr(communicator, "wait_for_futures", counted)
+    monkeypatch.setattr(communicator.CollectiveFuture, "SPIN_SECONDS", 2.0)
+    return calls
+
+
+def test_a_waiter_that_sees_its_stamp_drains_it_itself(sleeps):
+    comm = StandIn(drain_held_elsewhere=False)
+    _after(0.005, lambda: comm.stamp.__setitem__(0, 1))
+    comm._help_until_done(comm.future, None)
+    assert comm.future.done()
+    assert comm.drained_by == [threading.get_ident()]
+    assert sleeps == []          # it never waited for another thread to drain
+
+
+def test_a_waiter_whose_stamp_another_thread_drains_sleeps_on_the_future(sleeps):
+    comm = StandIn(drain_held_elsewhere=True)
+    _after(0.005, lambda: comm.stamp.__setitem__(0, 1))
+    _after(0.050, lambda: comm.future.set_result("by the poller"))
+    t0 = time.perf_counter()
+    comm._help_until_done(comm.future, None)
+    assert comm.future.result() == "by the poller"
+    assert comm.drained_by == []
+    # it slept on the future once the stamp was there (1 ms at a time) instead of spinning
+    assert sleeps and all(t == 1e-3 for t in sleeps)
+    assert time.perf_counter() - t0 < 1.0

@@ -8,7 +8,9 @@ the GIL to one another between submissions. Columns and bus-bandwidth factors fo
 nccl-tests (``doc/PERFORMANCE.md`` there): algbw = size / time, busbw = algbw x factor, with
 factor 2(n-1)/n for all_reduce, (n-1)/n for all_gather, reduce_scatter and all_to_all, and 1
 for broadcast and reduce. ``size`` is the bytes of the larger of a rank's two buffers, as
-nccl-tests prints it; ``count`` is the elements per rank as ``prepare`` takes it.
+nccl-tests prints it; ``count`` is the elements per rank as ``prepare`` takes it. Two
+columns follow nccl-tests' own: the preemptions and the kernel launches that a size's timed
+runs cost, summed over the ranks (what preemption costs is what its users ask first).
 
 Baselines are measured in the same run, with the same sizes and ranks: ``launch`` (the same
 kernels, a kernel launch per collective, no daemon), ``nccl`` (the daemon under the ``nccl``
@@ -124,22 +126,25 @@ def sweep_ranks(comms: list, start, opts: SweepOptions, steps: list) -> list[lis
     if opts.progress and comms[0].rank == 0:
         from tqdm import tqdm
         bar = tqdm(total=len(steps), desc=f"bench {opts.coll}", unit="size", file=sys.stderr)
-    seconds = []
+    seconds, costs = [], []
     for i in range(len(steps)):
         for _ in range(opts.warmup):
             _wait([comm.run(i, *mine[i]) for comm, mine in zip(comms, buffers)])
+        before = [comm.stats() for comm in comms]
         t0 = time.perf_counter()
         _wait([comm.run(i, *mine[i]) for _ in range(opts.iters)
                for comm, mine in zip(comms, buffers)])
         seconds.append((time.perf_counter() - t0) / max(1, opts.iters))
+        costs.append([{k: after[k] - was[k] for k in ("preemptions", "launches")}
+                      for was, after in zip(before, (comm.stats() for comm in comms))])
         if bar:
             bar.update(1)
     if bar:
         bar.close()
     return [[dict(size=nbytes, count=count, seconds=seconds[i],
-                  wrong=_wrong(comm, opts, count, mine[i]))
+                  wrong=_wrong(comm, opts, count, mine[i]), **costs[i][r])
              for i, (nbytes, count) in enumerate(steps)]
-            for comm, mine in zip(comms, buffers)]
+            for r, (comm, mine) in enumerate(zip(comms, buffers))]
 
 
 def sweep_worker(comm, opts: SweepOptions, steps: list) -> list[dict]:
@@ -204,25 +209,41 @@ def run_sweep(opts: SweepOptions, mode: str = "daemon", backend=None,
         rows.append(dict(mode=mode, size=nbytes, count=count, type=opts.dtype, redop=opts.op,
                          root=opts.root if opts.coll in ("broadcast", "reduce") else -1,
                          time_us=seconds * 1e6, algbw=algbw, busbw=algbw * factor,
-                         wrong=sum(wrongs) if min(wrongs) >= 0 else -1))
+                         wrong=sum(wrongs) if min(wrongs) >= 0 else -1,
+                         **{k: _summed(per_rank, i, k) for k in ("preemptions", "launches")}))
     return rows
 
 
+def _summed(per_rank: list, i: int, key: str) -> int:
+    """A count of size ``i``'s timed runs summed over the ranks; -1 where a mode has none
+    (NCCL itself)."""
+    values = [r[i].get(key, -1) for r in per_rank]
+    return sum(values) if min(values) >= 0 else -1
+
+
 def format_table(rows: list[dict], base: dict | None) -> str:
-    """nccl-tests' columns, plus the time over the daemon's for a baseline."""
+    """nccl-tests' columns, then what the timed runs cost in preemptions and kernel
+    launches (all ranks; N/A for NCCL itself), and the time over the daemon's for a
+    baseline."""
     head = (f"{'mode':>8} {'size(B)':>12} {'count':>10} {'type':>8} {'redop':>6} {'root':>5} "
-            f"{'time(us)':>10} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12} {'#wrong':>7}")
+            f"{'time(us)':>10} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12} {'#wrong':>7} "
+            f"{'preempt':>8} {'launches':>8}")
     if base:
         head += f" {'x daemon':>9}"
     lines = [head]
     for r in rows:
         line = (f"{r['mode']:>8} {r['size']:>12} {r['count']:>10} {r['type']:>8} "
                 f"{r['redop']:>6} {r['root']:>5} {r['time_us']:>10.1f} {r['algbw']:>12.3f} "
-                f"{r['busbw']:>12.3f} {r['wrong'] if r['wrong'] >= 0 else 'N/A':>7}")
+                f"{r['busbw']:>12.3f} {r['wrong'] if r['wrong'] >= 0 else 'N/A':>7} "
+                f"{_count(r['preemptions']):>8} {_count(r['launches']):>8}")
         if base:
             line += f" {r['time_us'] / base[r['size']]:>9.2f}"
         lines.append(line)
     return "\n".join(lines)
+
+
+def _count(n: int) -> str:
+    return str(n) if n >= 0 else "N/A"
 
 
 def add_hbm(results: dict, opts: SweepOptions, copy_gbs: dict) -> list[dict]:

@@ -61,6 +61,10 @@ def test_bench_sweeps_sizes_in_nccl_tests_form(tmp_path, capsys):
     for r in rows:
         assert r["wrong"] == 0
         assert abs(r["busbw"] - r["algbw"] * 2 / 3) < 1e-9      # all_gather: (n-1)/n
+        assert r["preemptions"] >= 0
+        # the timed runs' launches: a kernel for each run on each rank in the baseline
+        assert r["launches"] >= (3 * 2 if r["mode"] == "launch" else 0)
+    assert "preempt" in out and "launches" in out
     assert out_csv.read_text().splitlines()[0].startswith("mode,size,count")
     assert bus_factor("all_reduce", 4) == 1.5 and bus_factor("broadcast", 4) == 1.0
     assert "threads driver" in out                  # the simulator: a process per rank
@@ -151,7 +155,7 @@ def test_bench_rows_gain_the_hbm_keys_and_keep_the_old_ones(monkeypatch, tmp_pat
     out = capsys.readouterr().out
     assert "HBM efficiency (all_reduce, 2 ranks on this GPU)" in out and "% of copy" in out
     old = ["mode", "size", "count", "type", "redop", "root", "time_us", "algbw", "busbw",
-           "wrong"]
+           "wrong", "preemptions", "launches"]
     new = ["hbm_bytes", "hbm_gbs", "copy_gbs", "hbm_pct_of_copy"]
     with open(out_csv, newline="") as f:
         reader = csv.DictReader(f)

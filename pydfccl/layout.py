@@ -208,3 +208,4 @@ COLL_SIZE = COLL_ENTRY.itemsize
 COLL_F = {name: word(COLL_ENTRY, name) for name in COLL_ENTRY.names}
 TASK_SIZE = TASK.itemsize
 TASK_F = {name: word(TASK, name) for name in TASK.names}
+QUEUE_F = {name: word(QUEUED_RUN, name) for name in QUEUED_RUN.names}

@@ -191,13 +191,13 @@ def run_sweep(opts: SweepOptions, mode: str = "daemon", backend=None,
     (``pydfccl.launch``, a thread or process per rank) or ``one`` (this thread drives every
     rank; GPU only)."""
     steps = sizes(opts)
+    options = BASELINES.get(mode, dict(policy=opts.policy))
     if mode in ("NCCL", "gloo"):       # torch.distributed's backend of that name
         from .torch.nccl_bench import run_torch_sweep
         per_rank = run_torch_sweep(opts, steps, backend=mode.lower())
     elif driver == "one":
-        per_rank = one_thread_sweep(opts, steps, **BASELINES.get(mode, dict(policy=opts.policy)))
+        per_rank = one_thread_sweep(opts, steps, **options)
     else:
-        options = BASELINES.get(mode, dict(policy=opts.policy))
         per_rank = launch(sweep_worker, opts.nranks, backend=backend, args=(opts, steps),
                           **options, **opts.world)
     factor = bus_factor(opts.coll, opts.nranks)
@@ -282,15 +282,20 @@ def format_hbm_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def all_ranks_on_this_gpu(backend: str | None) -> bool:
+    """A GPU, and the ranks as threads on it: what the one-thread driver and the HBM table
+    need."""
+    return platform.gpu_available() and (backend or default_backend()) == "threads"
+
+
 def hbm_report(results: dict, opts: SweepOptions, backend: str | None) -> str:
     """The "HBM efficiency" table (adding its values to the rows), or the line that says
     why there is none: it needs a GPU, and every rank on it (the threads backend)."""
     if not platform.gpu_available():
         return "# HBM efficiency: needs a GPU (not measured on the CUDA simulator)"
-    backend = backend or default_backend()
-    if backend != "threads":
+    if not all_ranks_on_this_gpu(backend):
         return (f"# HBM efficiency: only with every rank on this one GPU (the threads "
-                f"backend), not with the {backend} backend")
+                f"backend), not with the {backend or default_backend()} backend")
     if not any(results.get(mode) for mode in HBM_MODES):
         return "# HBM efficiency: no row of pydfccl's kernels to count"
     from .hbm import copy_bandwidths
@@ -299,7 +304,7 @@ def hbm_report(results: dict, opts: SweepOptions, backend: str | None) -> str:
     rows = add_hbm(results, opts, copy)
     lines = [f"# HBM efficiency ({opts.coll}, {opts.nranks} ranks on this GPU): HBM bytes = "
              "read plus written in device memory by all ranks per run, as the step plan "
-             "moves them (pydfccl.hbm); copy = cuMemcpyDtoD of the same size in this run, "
+             "moves them (pydfccl.hbm); copy = cuMemcpyDtoDAsync of the same size in this run, "
              "read plus written"]
     try:
         l2 = platform.device_attribute("L2_CACHE_SIZE")
@@ -392,7 +397,7 @@ def main(argv: list[str]) -> int:
         print(f"bench: root {opts.root} out of range for {opts.nranks} ranks", file=sys.stderr)
         return 2
     where = "GPU" if platform.gpu_available() else "CUDA simulator (CPU)"
-    one_possible = platform.gpu_available() and (args.backend or default_backend()) == "threads"
+    one_possible = all_ranks_on_this_gpu(args.backend)
     driver = args.driver or ("one" if one_possible else "threads")
     if driver == "one" and not one_possible:
         print("bench: --driver one needs a GPU and the threads backend", file=sys.stderr)

@@ -64,8 +64,7 @@ T_RUNS, T_QUEUED, T_DEQUEUED = (L.TASK_F[k] // 8 for k in ("runs", "queued", "de
 # collective (block-private too), RUNS - 1 deep: the host keeps at most RUNS in flight.
 RUNS = L.RUNS_IN_FLIGHT
 QUEUE_WORDS = L.QUEUE_SIZE // 8
-Q_SEQ, Q_SEND, Q_RECV, Q_PRIO = (L.QUEUED_RUN.fields[k][1] // 8
-                                 for k in ("seq", "send", "recv", "priority"))
+Q_SEQ, Q_SEND, Q_RECV, Q_PRIO = (L.QUEUE_F[k] // 8 for k in ("seq", "send", "recv", "priority"))
 P_QUEUE = L.P_QUEUE
 P_TRACE_HEAD, P_TRACE, TRACE_SIZE, TRACE_CAP = L.P_TRACE_HEAD, L.P_TRACE, L.TRACE_SIZE, L.TRACE_CAP
 EV_ABSORBED, EV_LOADED, EV_PREEMPTED, EV_COMPLETED, EV_LAUNCHED, EV_QUIT = (

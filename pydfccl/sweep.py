@@ -44,7 +44,7 @@ from .codes import COLLECTIVE_KINDS, DTYPES, OPS, storage_dtype
 from .group import close_all, init_all, start_all
 from .launch import BACKENDS, default_backend, launch
 from .reference import buffer_elems, reference
-from .sched.policies import policy_names
+from .sched.policies import get_policy, policy_names
 
 __all__ = ["SweepOptions", "bus_factor", "sizes", "sweep_worker", "run_sweep", "add_hbm",
            "format_hbm_table", "hbm_report", "main"]
@@ -67,6 +67,7 @@ class SweepOptions:
     op: str = "sum"
     root: int = 0
     policy: str = "dfccl"
+    params: dict = field(default_factory=dict)  # the daemon policy's parameter overrides
     progress: bool = True
     world: dict = field(default_factory=dict)   # WorldConfig sizes (nblocks, slot_bytes, ...)
 
@@ -191,7 +192,8 @@ def run_sweep(opts: SweepOptions, mode: str = "daemon", backend=None,
     (``pydfccl.launch``, a thread or process per rank) or ``one`` (this thread drives every
     rank; GPU only)."""
     steps = sizes(opts)
-    options = BASELINES.get(mode, dict(policy=opts.policy))
+    options = BASELINES.get(mode) or dict(
+        policy=get_policy(opts.policy).with_params(**opts.params))
     if mode in ("NCCL", "gloo"):       # torch.distributed's backend of that name
         from .torch.nccl_bench import run_torch_sweep
         per_rank = run_torch_sweep(opts, steps, backend=mode.lower())
@@ -351,6 +353,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--op", default="sum", choices=list(OPS))
     p.add_argument("-r", "--root", type=int, default=0)
     p.add_argument("--policy", default="dfccl", choices=policy_names())
+    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                   help="override a parameter of the daemon's policy (repeatable; GPU times "
+                        "in ns), e.g. --param BASE=100000; baselines keep theirs")
     p.add_argument("--baseline", default="launch",
                    choices=("none", "launch", "nccl", "both", "torch", "all"),
                    help="launch: a kernel launch per collective; nccl: the no-preemption "
@@ -379,16 +384,33 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def parse_params(items: list[str]) -> dict:
+    """``["BASE=100000", ...]`` as {name: int}; ValueError names a malformed item."""
+    params = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not value.strip().lstrip("-").isdigit():
+            raise ValueError(f"{item!r}: expected NAME=INTEGER")
+        params[name.strip()] = int(value)
+    return params
+
+
 def main(argv: list[str]) -> int:
     if argv and argv[0] == "latency":          # the small-message latency benchmark
         from .bench import main as latency_main
         return latency_main(argv[1:])
     args = build_parser().parse_args(argv)
+    try:
+        params = parse_params(args.param)
+        get_policy(args.policy).with_params(**params)
+    except ValueError as exc:
+        print(f"bench: --param {exc}", file=sys.stderr)
+        return 2
     opts = SweepOptions(coll=args.coll, nranks=args.nranks, minbytes=args.minbytes,
                         maxbytes=args.maxbytes, stepfactor=args.stepfactor, iters=args.iters,
                         warmup=args.warmup, check=bool(args.check), dtype=args.datatype,
                         op=args.op, root=args.root, policy=args.policy,
-                        progress=not args.no_progress,
+                        params=params, progress=not args.no_progress,
                         world={k: v for k, v in (("nblocks", args.nblocks),
                                                  ("nthreads", args.nthreads),
                                                  ("nslots", args.nslots),
@@ -404,7 +426,8 @@ def main(argv: list[str]) -> int:
         return 2
     print(f"# pydfccl bench on the {where}: {opts.coll}, {opts.nranks} ranks, {driver} "
           f"driver, policy "
-          f"{opts.policy}, {opts.iters} runs per size after {opts.warmup} warm-up"
+          f"{opts.policy}" + "".join(f" {k}={v}" for k, v in opts.params.items())
+          + f", {opts.iters} runs per size after {opts.warmup} warm-up"
           + "".join(f", {k} {v}" for k, v in opts.world.items()))
     modes = ["daemon"] + {"none": [], "launch": ["launch"], "nccl": ["nccl"],
                           "both": ["launch", "nccl"], "torch": ["torch"],

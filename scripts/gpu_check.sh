@@ -59,6 +59,11 @@ for s in $stages; do
                 done ;;
     big256_policy) # the 256 MiB target's best configuration so far, dfccl against the nccl policy
                 stage big256_policy 150 $PY -m pydfccl bench --nranks 4 -b 16777216 -e 268435456 -f 16 -n 10 -w 2 --baseline nccl --nblocks 32 --slot-bytes 524288 --no-progress ;;
+    big256_base) # dfccl's wait budget (BASE, ns) at the 256 MiB target's configuration:
+                # do preemptions of long waits explain dfccl's gap to the nccl policy?
+                for b in ${BASES:-100000 1000000}; do
+                  stage big256_base_$b 120 $PY -m pydfccl bench --nranks 4 -b 16777216 -e 268435456 -f 16 -n 10 -w 2 --baseline none --nblocks 32 --slot-bytes 524288 --param BASE=$b --no-progress
+                done ;;
     movers)     stage movers 120 $PY scripts/probe_movers.py ;;
     probe)      stage probe 60 $PY scripts/probe_timer.py ;;
     probe_host) stage probe_host 60 $PY scripts/probe_host.py ;;

@@ -168,3 +168,31 @@ def test_bench_rows_gain_the_hbm_keys_and_keep_the_old_ones(monkeypatch, tmp_pat
         assert list(r) == old + new
         assert r["copy_gbs"] == 1000.0
         assert r["hbm_gbs"] == pytest.approx(r["hbm_bytes"] / r["time_us"] / 1e3)
+
+
+def test_bench_param_overrides_the_daemon_policy_only(monkeypatch, capsys):
+    from pydfccl import sweep
+
+    seen = {}
+
+    def fake_launch(worker, nranks, *, policy, **kw):
+        seen.setdefault("policies", []).append(policy)
+        steps = kw["args"][1]
+        return [[dict(seconds=1e-3, wrong=0, preemptions=0, launches=0) for _ in steps]
+                for _ in range(nranks)]
+
+    monkeypatch.setattr(sweep, "launch", fake_launch)
+    assert cli.main(["bench", "--nranks", "2", "-b", "8", "-e", "8", "--baseline", "nccl",
+                     "--driver", "threads", "--no-hbm", "--no-progress",
+                     "--param", "BASE=123456", "--param", "NUM_TRY=2"]) == 0
+    daemon, baseline = seen["policies"]
+    assert daemon.params["BASE"] == 123456 and daemon.params["NUM_TRY"] == 2
+    assert daemon.params["FACTOR"] == 5                 # the others keep their defaults
+    assert "BASE" not in daemon.sim_params              # the override holds on the simulator
+    assert baseline == "nccl"
+    assert "BASE=123456 NUM_TRY=2" in capsys.readouterr().out
+
+    assert cli.main(["bench", "--param", "NOPE=1", "--no-progress"]) == 2
+    assert "has no parameter(s) ['NOPE']" in capsys.readouterr().err
+    assert cli.main(["bench", "--param", "BASE", "--no-progress"]) == 2
+    assert "expected NAME=INTEGER" in capsys.readouterr().err

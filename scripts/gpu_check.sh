@@ -64,6 +64,9 @@ for s in $stages; do
                 for b in ${BASES:-100000 1000000}; do
                   stage big256_base_$b 120 $PY -m pydfccl bench --nranks 4 -b 16777216 -e 268435456 -f 16 -n 10 -w 2 --baseline none --nblocks 32 --slot-bytes 524288 --param BASE=$b --no-progress
                 done ;;
+    probe_big)  # 16 and 256 MiB with 32 channels under dfccl and the nccl policy, one by one
+                # and back to back; the event logs go to $OUT/probe_big_<policy>.json.gz
+                stage probe_big 200 $PY scripts/probe_big.py ;;
     movers)     stage movers 120 $PY scripts/probe_movers.py ;;
     probe)      stage probe 60 $PY scripts/probe_timer.py ;;
     probe_host) stage probe_host 60 $PY scripts/probe_host.py ;;

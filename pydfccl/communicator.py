@@ -129,13 +129,6 @@ class Communicator:
         # persistent=False is the launch-per-collective baseline: no daemon loop, every run()
         # launches a kernel that runs what is queued and exits.
         self.persistent = persistent
-        # Runs of one collective in the SQ at once. The baseline keeps one: its blocks each
-        # take what the SQ holds when they look and exit when done, so with several runs of
-        # a collective queued, blocks of one launch can take different runs, and a block
-        # whose runs a later launch must do waits behind the blocks still running, which
-        # wait for it through the ring (H200, 2026-11-30 00:45: sweep4s's launch baseline
-        # deadlocked so at 16 MiB).
-        self._runs_in_flight = L.RUNS_IN_FLIGHT if persistent else 1
         if not persistent:
             self.policy = get_policy("launch_per_call")
         self._exchange = exchange or (lambda obj: [obj])
@@ -320,7 +313,8 @@ class Communicator:
         self._launch_args = (
             np.int64(self.world.ctl_addr[self.rank]), np.int64(self.world.pool_addr[self.rank]),
             np.int64(self.world.peers.addr), np.int64(self.rank), np.int64(self.nranks),
-            np.int64(cfg.nslots), np.int64(cfg.slot_bytes), np.int64(cfg.conn_stride))
+            np.int64(cfg.nslots), np.int64(cfg.slot_bytes), np.int64(cfg.conn_stride),
+            np.int64(L.NO_LIMIT))
         self._configured = platform.configure_launch(self._daemon, cfg.nblocks, cfg.nthreads,
                                                      self._stream)
         poller.add(self)
@@ -369,7 +363,7 @@ class Communicator:
                 raise self._error
             waiting = self._pending[index]
             if (waiting or index in self._unconfirmed
-                    or len(self._inflight[index]) >= self._runs_in_flight):
+                    or len(self._inflight[index]) >= L.RUNS_IN_FLIGHT):
                 waiting.append((future, send_addr, recv_addr, prio, (send, recv)))
             else:
                 self._submit(index, future, send_addr, recv_addr, prio, (send, recv))
@@ -385,12 +379,18 @@ class Communicator:
         Numba's frees are held while this rank has runs outstanding (``_drain_cq_locked``
         lets them go): on the H200 a free from the garbage collector, inside a rank thread's
         next launch, deadlocked the baseline (2026-11-30 00:33). PyTorch's caching allocator
-        keeps NCCL's users from freeing in the same way."""
+        keeps NCCL's users from freeing in the same way.
+
+        The launch takes the runs submitted so far (its ``limit``), no more: its blocks each
+        read the SQ when they look, and blocks of one launch that took different runs
+        deadlocked the ring, a block's share of a later run left to the next launch, which
+        waits on the stream behind the blocks still running (H200, 2026-11-30 00:45)."""
         with self._lock:
             if self._frees_held is None:
                 self._frees_held = platform.deferred_frees()
                 self._frees_held.__enter__()
-        platform.launch(self._configured, self._launch_args)
+            limit = self._submitted
+        platform.launch(self._configured, self._launch_args[:-1] + (np.int64(limit),))
         self._launches += 1
 
     def _submit(self, index, future, send_addr, recv_addr, prio, buffers) -> None:
@@ -408,10 +408,10 @@ class Communicator:
         self._inflight[index].append((future, buffers))
 
     def _submit_waiting(self, index) -> int:
-        """Submit the runs of ``index`` held on the host, as many as ``_runs_in_flight`` allows
+        """Submit the runs of ``index`` held on the host, as many as RUNS_IN_FLIGHT allows
         (caller holds the lock); how many."""
         waiting, count = self._pending[index], 0
-        while waiting and len(self._inflight[index]) < self._runs_in_flight:
+        while waiting and len(self._inflight[index]) < L.RUNS_IN_FLIGHT:
             self._submit(index, *waiting.popleft())
             count += 1
         if count:

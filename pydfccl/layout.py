@@ -16,7 +16,7 @@ Two regions per rank:
 import numpy as np
 
 __all__ = [
-    "MAX_COLLS", "MAX_BLOCKS", "RUNS_IN_FLIGHT", "SQ_CAP", "CQ_CAP", "TRACE_CAP",
+    "MAX_COLLS", "MAX_BLOCKS", "RUNS_IN_FLIGHT", "SQ_CAP", "CQ_CAP", "NO_LIMIT", "TRACE_CAP",
     "TRACE_KINDS", "BLOCK_STATUS", "SQ_ENTRY", "CQ_ENTRY", "REGISTRATION", "CTL_ROW",
     "COLL_ENTRY", "TASK", "QUEUED_RUN", "TRACE_EVENT",
     "POOL_HEADER",
@@ -30,6 +30,7 @@ RUNS_IN_FLIGHT = 8   # runs of one collective submitted and not yet completed, a
 #                      back runs need no host round trip between them
 SQ_CAP = MAX_COLLS * RUNS_IN_FLIGHT   # every run in flight fits: the SQ never overflows,
 CQ_CAP = SQ_CAP                       # and neither does the CQ
+NO_LIMIT = 1 << 62   # the daemon's ``limit`` argument when it may take every SQ entry
 
 I8 = "<i8"
 

@@ -82,19 +82,21 @@ def test_several_runs_of_a_collective_in_flight_stay_apart(count):
         assert out["stats"]["completed"] == ncolls * runs
 
 
-def test_launch_per_call_holds_frees_and_keeps_one_run_of_a_collective_in_flight():
+def test_launch_per_call_holds_frees_and_each_launch_takes_the_runs_before_it():
     """A device free waits for every kernel, and a baseline kernel spins until its peers'
     arrive: the baseline holds Numba's frees from each launch until nothing is outstanding.
-    Its blocks each take what the SQ holds, so it keeps one run of a collective there."""
+    Several runs of a collective go to the SQ, and a launch takes those submitted before it
+    and no more (its ``limit``), so that all its blocks take the same runs."""
     per_rank = pydfccl.launch(workers.frees_held_while_launched, 2, args=(3,),
                               persistent=False, timeout=300)
     for out in per_rank:
         assert out["held"] and all(out["held"]), out["held"]
         assert out["held_after"] is False
         assert out["stats"]["completed"] == 3
-    (out,) = pydfccl.launch(workers.baseline_keeps_one_run_in_flight, 1, args=(3,),
+    (out,) = pydfccl.launch(workers.baseline_launch_takes_runs_up_to_its_limit, 1, args=(3,),
                             persistent=False, timeout=120)
-    assert out["submitted"] == 1
+    assert out["submitted"] == 3
+    assert out["done_after_first"] == [True, False, False]
     assert out["results"] == [[7, 7, 7, 7]] * 3
 
 

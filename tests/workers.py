@@ -283,10 +283,11 @@ def frees_held_while_launched(comm, runs: int):
     return dict(held=held, held_after=comm._frees_held is not None, stats=comm.stats())
 
 
-def baseline_keeps_one_run_in_flight(comm, runs: int):
-    """One rank of the launch-per-collective baseline, its launches held back at first:
-    how many of ``runs`` runs, submitted without waiting, went to the SQ; then the results
-    once launches are let through."""
+def baseline_launch_takes_runs_up_to_its_limit(comm, runs: int):
+    """One rank of the launch-per-collective baseline, its launches held back while it
+    submits ``runs`` runs: how many went to the SQ; which completed after a launch limited
+    to the first run; then the results once a launch takes them all."""
+    import numpy as np
     from pydfccl import communicator
 
     comm.prepare(0, "all_reduce", count=4, dtype="int64")
@@ -299,9 +300,13 @@ def baseline_keeps_one_run_in_flight(comm, runs: int):
         submitted = comm.stats()["submitted"]
     finally:
         communicator.platform.launch = real_launch
-    comm._launch_once()       # the held-back launch: each completion submits the next run
+    real_launch(comm._configured, comm._launch_args[:-1] + (np.int64(1),))   # the first run
+    futures[0].result(timeout=120)
+    time.sleep(0.5)                            # no kernel runs now: nothing else can finish
+    done_after_first = [f.done() for f in futures]
+    comm._launch_once()                        # limit: every run submitted
     results = [platform.to_numpy(f.result(timeout=120)).tolist() for f in futures]
-    return dict(submitted=submitted, results=results)
+    return dict(submitted=submitted, done_after_first=done_after_first, results=results)
 
 
 def steady_resources(comm, rounds: int):

@@ -11,10 +11,13 @@ quit) to the block's event log in the pool, which the host drains for
 ``Communicator.trace()``. When the policy says it has gone too long without progress (idle,
 or stuck) the block exits (voluntary quit), unless the host holds it (the control row's
 hold word: a stream of the host waits on a collective); the host relaunches it when work is
-outstanding.
+outstanding. A launch takes SQ entries up to its ``limit`` argument: the persistent daemon
+has none (``layout.NO_LIMIT``); the launch-per-collective baseline passes the runs submitted when
+it was launched, so that every block of a launch takes the same runs and leaves the rest to
+the next launch whole.
 
 ``make_daemon(policy)`` compiles the policy's five functions into a daemon (one signature:
-eight int64 scalars; cached on disk under a key of its sources, see ``compiler``); one
+nine int64 scalars; cached on disk under a key of its sources, see ``compiler``); one
 kernel per policy, everything else (sizes, counts, parameters) is data. ``compile_now``
 compiles before the first launch, so that compilation time is not taken for a stall.
 """
@@ -96,7 +99,7 @@ PROGRESS_EVERY = 64
 
 OP_AVG = 4
 
-DAEMON_SIGNATURE = "void(int64, int64, int64, int64, int64, int64, int64, int64)"
+DAEMON_SIGNATURE = "void(int64, int64, int64, int64, int64, int64, int64, int64, int64)"
 
 
 @cuda.jit(device=True)
@@ -249,14 +252,14 @@ def make_daemon(policy):
 
     @cuda.jit(device=True)
     def absorb(st, act, akey, sh, params, ctl, pool, colls, tasks, queue, block, nblocks,
-               nranks, slot_bytes):
-        """Take new SQ entries: activate their tasks, or queue a run behind its
-        collective's active one (or finish at once if this block has no share of the
-        data)."""
+               nranks, slot_bytes, limit):
+        """Take new SQ entries, up to entry ``limit``: activate their tasks, or queue a run
+        behind its collective's active one (or finish at once if this block has no share
+        of the data)."""
         f = st[S_FRONTIER]
         entry = ctl + CTL_SQ + (f % SQ_CAP) * SQ_SIZE
         seq = load_acquire(entry + SQ_SEQ)
-        while seq == f + 1:
+        while seq == f + 1 and f < limit:
             coll = load_volatile(entry + SQ_COLL)
             prio = load_volatile(entry + SQ_PRIO)
             send = load_volatile(entry + SQ_SEND)
@@ -342,7 +345,7 @@ def make_daemon(policy):
 
     @cuda.jit(device=True)
     def schedule(st, act, akey, sh, params, ctl, pool, colls, tasks, queue, peers, rank,
-                 nranks, nslots, slot_bytes, conn_stride, block, nblocks):
+                 nranks, nslots, slot_bytes, conn_stride, block, nblocks, limit):
         """Thread 0: decide the block's next command (a step to move, or exit)."""
         status = _status(ctl, block)
         while True:
@@ -355,7 +358,7 @@ def make_daemon(policy):
                             sh[SH_CMD] = CMD_EXIT
                             return
                     absorb(st, act, akey, sh, params, ctl, pool, colls, tasks, queue, block,
-                           nblocks, nranks, slot_bytes)
+                           nblocks, nranks, slot_bytes, limit)
                     if sh[SH_NACT] == 0:
                         if _may_quit(st, params, ctl, pool, block, now_ns() - st[S_IDLE_SINCE]):
                             sh[SH_CMD] = CMD_EXIT
@@ -495,7 +498,7 @@ def make_daemon(policy):
                                                        tasks[task + T_SEQ], coll))
 
     @daemon_kernel(policy)
-    def daemon(ctl, pool, peers_addr, rank, nranks, nslots, slot_bytes, conn_stride):
+    def daemon(ctl, pool, peers_addr, rank, nranks, nslots, slot_bytes, conn_stride, limit):
         block = cuda.blockIdx.x
         nblocks = cuda.gridDim.x
         tid = cuda.threadIdx.x
@@ -521,7 +524,7 @@ def make_daemon(policy):
         while True:
             if tid == 0:
                 schedule(st, act, akey, sh, params, ctl, pool, colls, tasks, queue, peers, rank,
-                         nranks, nslots, slot_bytes, conn_stride, block, nblocks)
+                         nranks, nslots, slot_bytes, conn_stride, block, nblocks, limit)
             cuda.syncthreads()
             cmd = sh[SH_CMD]
             if cmd == CMD_EXIT:

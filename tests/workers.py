@@ -257,29 +257,62 @@ def runs_in_flight(comm, ncolls: int, runs: int, count: int):
                 stats=comm.stats())
 
 
+class _LaunchRecorder:
+    """Records, for each communicator registered, whether its frees were held at each of its
+    kernel launches. ``platform.launch`` is one function for the whole process, and rank
+    threads share it, so one recorder wraps it for all of them (a rank that wrapped it
+    itself would see its peers' launches, and the wrappers would unwind out of order)."""
+
+    def __init__(self):
+        import threading
+
+        self._lock = threading.Lock()
+        self._held = {}     # id(the comm's configured kernel) -> (comm, [held at launch])
+        self._real = None
+
+    def _launch(self, configured, args):
+        entry = self._held.get(id(configured))
+        if entry:
+            entry[1].append(entry[0]._frees_held is not None)
+        self._real(configured, args)
+
+    def add(self, comm) -> list:
+        from pydfccl import communicator
+
+        with self._lock:
+            if not self._held:
+                self._real = communicator.platform.launch
+                communicator.platform.launch = self._launch
+            held = []
+            self._held[id(comm._configured)] = (comm, held)
+            return held
+
+    def remove(self, comm) -> None:
+        from pydfccl import communicator
+
+        with self._lock:
+            del self._held[id(comm._configured)]
+            if not self._held:
+                communicator.platform.launch = self._real
+
+
+_launch_recorder = _LaunchRecorder()
+
+
 def frees_held_while_launched(comm, runs: int):
     """The launch-per-collective baseline (``persistent=False``): whether Numba's frees were
     held at each of this rank's kernel launches, and whether they are let go once nothing
     is outstanding."""
-    from pydfccl import communicator
-
     comm.prepare(0, "all_reduce", count=4, dtype="int64")
     comm.start()
-    held = []
-    real_launch = communicator.platform.launch
-
-    def recording_launch(configured, args):
-        held.append(comm._frees_held is not None)
-        real_launch(configured, args)
-
-    communicator.platform.launch = recording_launch
+    held = _launch_recorder.add(comm)
     try:
         x = _fill(comm, np.full(4, comm.rank, np.int64))
         futures = [comm.run(0, x, comm.empty(4, "int64")) for _ in range(runs)]
         for f in futures:
             f.result(timeout=120)
     finally:
-        communicator.platform.launch = real_launch
+        _launch_recorder.remove(comm)
     return dict(held=held, held_after=comm._frees_held is not None, stats=comm.stats())
 
 

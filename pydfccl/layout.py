@@ -142,6 +142,10 @@ POOL_HEADER = np.dtype([
     ("pad", I8, 15),
     ("block_quits", I8),      # daemon blocks that have exited, ever (device-side count)
     ("pad2", I8, 15),
+    ("rank_progress", I8),    # %globaltimer at this rank's last progress, any block
+    ("pad3", I8, 15),
+    ("sq_seen", I8),          # the furthest SQ entry a block of this rank has seen
+    ("pad4", I8, 15),
     ("done", I8, (MAX_COLLS, RUNS_IN_FLIGHT)),   # blocks that finished each collective's
     #                                              runs, ever, by run number modulo
     ("colls", COLL_ENTRY, MAX_COLLS),
@@ -196,6 +200,8 @@ CQ_F = {name: word(CQ_ENTRY, name) for name in CQ_ENTRY.names}
 
 P_CQ_RESERVE = word(POOL_HEADER, "cq_reserve")
 P_BLOCK_QUITS = word(POOL_HEADER, "block_quits")
+P_RANK_PROGRESS = word(POOL_HEADER, "rank_progress")
+P_SQ_SEEN = word(POOL_HEADER, "sq_seen")
 P_DONE = word(POOL_HEADER, "done")
 P_COLLS = word(POOL_HEADER, "colls")
 P_SQ_FRONTIER = word(POOL_HEADER, "sq_frontier")

@@ -253,8 +253,11 @@ def runs_in_flight(comm, ncolls: int, runs: int, count: int):
     submitted_at_once = comm.stats()["submitted"]
     results = {f"{k},{i}": platform.to_numpy(f.result(timeout=300)).tolist()
                for (k, i), f in futures.items()}
+    from pydfccl import layout as L
+
+    sq_seen = int(comm.world.pools[comm.rank].read(L.P_SQ_SEEN, 8).view(np.int64)[0])
     return dict(results=results, salt=salt, submitted_at_once=submitted_at_once,
-                stats=comm.stats())
+                stats=comm.stats(), sq_seen=sq_seen)
 
 
 class _LaunchRecorder:

@@ -37,6 +37,7 @@ __all__ = [
     "with_lane",
     "atomic_add",
     "atomic_add_gpu",
+    "atomic_max_gpu",
     "fence_sys",
     "fence_gpu",
     "backoff",
@@ -106,6 +107,14 @@ if SIMULATOR:
             return old
 
     atomic_add_gpu = atomic_add
+
+    def atomic_max_gpu(addr, value):
+        """Raises the int64 at ``addr`` to ``value`` if lower; returns the old value."""
+        with _atomic_lock:
+            cell = ctypes.c_int64.from_address(int(addr))
+            old = cell.value
+            cell.value = max(old, int(value))
+            return old
 
     def fence_sys():
         pass
@@ -270,7 +279,7 @@ else:
     store_release = _store("st.release.sys.b64 [$0], $1;")
     store_volatile = _store("st.volatile.b64 [$0], $1;")
 
-    def _atomic_add(ptx):
+    def _atomic(ptx):
         @intrinsic
         def atomic(typingctx, addr, value):
             def codegen(context, builder, sig, args):
@@ -281,10 +290,11 @@ else:
 
         return atomic
 
-    # Add to the int64 at an address and return the old value: at system scope, or at GPU
-    # scope for counters that only this GPU's threads touch.
-    atomic_add = _atomic_add("atom.add.acq_rel.sys.u64 $0, [$1], $2;")
-    atomic_add_gpu = _atomic_add("atom.add.acq_rel.gpu.u64 $0, [$1], $2;")
+    # Add to (or raise to a maximum) the int64 at an address and return the old value: at
+    # system scope, or at GPU scope for words that only this GPU's threads touch.
+    atomic_add = _atomic("atom.add.acq_rel.sys.u64 $0, [$1], $2;")
+    atomic_add_gpu = _atomic("atom.add.acq_rel.gpu.u64 $0, [$1], $2;")
+    atomic_max_gpu = _atomic("atom.max.acq_rel.gpu.s64 $0, [$1], $2;")
 
     @intrinsic
     def fence_sys(typingctx):

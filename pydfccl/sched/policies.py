@@ -27,8 +27,8 @@ The five functions, with ``params`` first:
     tasks run in increasing key order; ``seq`` is the per-rank submission number and
     ``coll`` the collective's index (the same on every rank: ids sorted).
 ``should_quit(params, idle)``
-    1 when the daemon should exit, ``idle`` being the time since its last progress
-    (waiting on stuck tasks or polling an empty queue).
+    1 when the daemon should exit, ``idle`` being the time since its rank's last progress,
+    any block's (waiting on stuck tasks or polling an empty queue).
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ import numpy as np
 
 from pydfccl import close_all, init_all, start_all
 from pydfccl.sched.policies import get_policy
+from pydfccl.sweep import parse_params
 
 
 def timed(comms, buffers, coll, iters, back_to_back):
@@ -51,13 +52,11 @@ def probe(name, policy, sizes, nranks, nblocks, slot_bytes, iters, out):
             timed(comms, buffers, i, 2, False)              # warm-up
             for back_to_back in (False, True):
                 before = [c.stats() for c in comms]
-                t_start = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
                 us = timed(comms, buffers, i, iters, back_to_back)
                 after = [c.stats() for c in comms]
                 cost = {k: sum(a[k] - b[k] for a, b in zip(after, before))
                         for k in ("preemptions", "launches")}
-                marks.append(dict(size=size, back_to_back=back_to_back, us=us,
-                                  host_start_ns=t_start, **cost))
+                marks.append(dict(size=size, back_to_back=back_to_back, us=us, **cost))
                 print(f"{name:>6} {size:>10} {'back-to-back' if back_to_back else 'one by one':>12}"
                       f" {us:10.1f} us/run  preempt {cost['preemptions']:>5}"
                       f"  launches {cost['launches']:>3}", flush=True)
@@ -84,15 +83,17 @@ def main():
     p.add_argument("--nblocks", type=int, default=32)
     p.add_argument("--slot-bytes", type=int, default=512 << 10)
     p.add_argument("--iters", type=int, default=10)
-    p.add_argument("--param", action="append", default=[], help="NAME=VALUE for dfccl")
+    p.add_argument("--param", action="append", default=[],
+                   help="NAME=VALUE: a parameter of every policy but nccl (as bench's)")
     args = p.parse_args()
     out = os.environ.get("OUT", ".")
-    params = {k: int(v) for k, v in (s.split("=") for s in args.param)}
+    params = parse_params(args.param)
     for name in args.policies:
         policy = get_policy(name)
         if params and name != "nccl":
             policy = policy.with_params(**params)
-        probe(name, policy, args.sizes, args.nranks, args.nblocks, args.slot_bytes, args.iters, out)
+        probe(name, policy, args.sizes, args.nranks, args.nblocks, args.slot_bytes, args.iters,
+              out)
 
 
 if __name__ == "__main__":

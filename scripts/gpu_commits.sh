@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The same gpu_check.sh stages on several commits in one device call, to find which commit
+# changed a figure (the device machine gets the working tree only, no git history).
+#   bash scripts/gpu_commits.sh prepare REV...     # here: each commit's tree in .gpu_commits/
+#   run(command="bash scripts/gpu_commits.sh run STAGES...", carry=[".whl", ".gpu_commits"])
+# `run` runs `gpu_check.sh STAGES` in each tree, in the order prepared, then the working
+# tree's own; under $OUT: summary.txt (every tree's summary, headed by its commit) and
+# commits.tgz (every tree's logs). Each tree compiles its own daemon (a cold Numba cache:
+# about 30 to 40 s each on the H200).
+set -u
+cd "$(dirname "$0")/.."
+DIR=.gpu_commits
+case "${1:-}" in
+  prepare)
+    shift
+    rm -rf "$DIR" && mkdir -p "$DIR"
+    i=0
+    for rev in "$@"; do
+      i=$((i + 1))
+      name=$(printf "%02d-%s" "$i" "$(git rev-parse --short "$rev")") || exit 1
+      mkdir -p "$DIR/$name" && git archive "$rev" | tar -x -C "$DIR/$name" || exit 1
+      cp -r .whl "$DIR/$name/" 2>/dev/null
+    done
+    ls "$DIR" ;;
+  run)
+    shift
+    OUT=${OUT:-out}
+    mkdir -p "$OUT/commits"
+    all=$(cd "$OUT/commits" && pwd)
+    for tree in "$DIR"/*/ ./; do
+      name=$(basename "$(cd "$tree" && pwd)")
+      [ "$tree" = ./ ] && name="working-tree"
+      echo "=== $name" | tee -a "$OUT/summary.txt"
+      (cd "$tree" && OUT="$all/$name" LOGS="/tmp/gpu_commits_$name" \
+        bash scripts/gpu_check.sh "$@" > /dev/null 2>&1)
+      sed -n '/^\[\|^unknown stage/,$p' "$all/$name/summary.txt" | tee -a "$OUT/summary.txt"
+    done
+    tar czf "$OUT/commits.tgz" -C "$OUT" commits && rm -rf "$all" ;;
+  *)
+    echo "usage: $0 prepare REV... | run STAGES..." >&2
+    exit 2 ;;
+esac

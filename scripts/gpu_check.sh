@@ -67,6 +67,12 @@ for s in $stages; do
     probe_big)  # 16 and 256 MiB with 32 channels under dfccl and the nccl policy, one by one
                 # and back to back; the event logs go to $OUT/probe_big_<policy>.json.gz
                 stage probe_big 200 $PY scripts/probe_big.py ;;
+    probe_big8) # 16 MiB with 8 channels of 512 KiB, every block with a share: do the 24 idle
+                # blocks a rank of the 32-channel runs (2.3 to 4.2 ms, 2026-11-30) slow the rest?
+                stage probe_big8 120 $PY scripts/probe_big.py --nblocks 8 --sizes 16777216
+                stage probe_big32 120 $PY scripts/probe_big.py --nblocks 32 --sizes 16777216 ;;
+    probe_host_path) # the host's share of a run: pydfccl's Python against an echo daemon (CPU)
+                stage probe_host_path 120 env NUMBA_ENABLE_CUDASIM=1 $PY scripts/probe_host_path.py ;;
     movers)     stage movers 120 $PY scripts/probe_movers.py ;;
     probe)      stage probe 60 $PY scripts/probe_timer.py ;;
     probe_host) stage probe_host 60 $PY scripts/probe_host.py ;;

@@ -225,11 +225,14 @@ def _summed(per_rank: list, i: int, key: str) -> int:
 
 def format_table(rows: list[dict], base: dict | None) -> str:
     """nccl-tests' columns, then what the timed runs cost in preemptions and kernel
-    launches (all ranks; N/A for NCCL itself), and the time over the daemon's for a
-    baseline."""
+    launches (all ranks; N/A for NCCL itself), the fastest and slowest cycle's times when
+    the sweep ran several (``-N``), and the time over the daemon's for a baseline."""
+    spread = "time_min_us" in rows[0]
     head = (f"{'mode':>8} {'size(B)':>12} {'count':>10} {'type':>8} {'redop':>6} {'root':>5} "
             f"{'time(us)':>10} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12} {'#wrong':>7} "
             f"{'preempt':>8} {'launches':>8}")
+    if spread:
+        head += f" {'min(us)':>10} {'max(us)':>10}"
     if base:
         head += f" {'x daemon':>9}"
     lines = [head]
@@ -238,6 +241,8 @@ def format_table(rows: list[dict], base: dict | None) -> str:
                 f"{r['redop']:>6} {r['root']:>5} {r['time_us']:>10.1f} {r['algbw']:>12.3f} "
                 f"{r['busbw']:>12.3f} {r['wrong'] if r['wrong'] >= 0 else 'N/A':>7} "
                 f"{_count(r['preemptions']):>8} {_count(r['launches']):>8}")
+        if spread:
+            line += f" {r['time_min_us']:>10.1f} {r['time_max_us']:>10.1f}"
         if base:
             line += f" {r['time_us'] / base[r['size']]:>9.2f}"
         lines.append(line)
@@ -347,6 +352,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-f", "--stepfactor", type=int, default=2)
     p.add_argument("-n", "--iters", type=int, default=20 if gpu else 3)
     p.add_argument("-w", "--warmup", type=int, default=5 if gpu else 1)
+    p.add_argument("-N", "--cycles", type=int, default=1,
+                   help="run the whole sweep this many times, the modes taking turns, and "
+                        "report each size's median cycle (with the fastest and slowest)")
     p.add_argument("-c", "--check", type=int, default=1, choices=(0, 1),
                    help="count wrong elements (#wrong)")
     p.add_argument("-d", "--datatype", default="float32", choices=list(DTYPES))
@@ -384,6 +392,31 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def median_rows(cycles: list[list[dict]]) -> list[dict]:
+    """One mode's rows from several cycles of the sweep: at each size the row of the cycle
+    with the median time (the lower one of an even count), its fastest and slowest times
+    beside it, and #wrong summed over every cycle."""
+    if len(cycles) == 1:
+        return cycles[0]
+    rows = []
+    for same_size in zip(*cycles):
+        ranked = sorted(same_size, key=lambda r: r["time_us"])
+        wrongs = [r["wrong"] for r in same_size]
+        rows.append(dict(ranked[(len(ranked) - 1) // 2], cycles=len(ranked),
+                         time_min_us=ranked[0]["time_us"], time_max_us=ranked[-1]["time_us"],
+                         wrong=sum(wrongs) if min(wrongs) >= 0 else -1))
+    return rows
+
+
+def print_table(rows: list[dict], daemon_rows: list[dict]) -> None:
+    """A mode's table (with its time over the daemon's, unless it is the daemon's) and its
+    average bus bandwidth."""
+    base = None if rows is daemon_rows else {r["size"]: r["time_us"] for r in daemon_rows}
+    print(format_table(rows, base), flush=True)
+    print(f"# {rows[0]['mode']}: Avg bus bandwidth    : "
+          f"{np.mean([r['busbw'] for r in rows]):.3f} GB/s", flush=True)
+
+
 def parse_params(items: list[str]) -> dict:
     """``["BASE=100000", ...]`` as {name: int}; ValueError names a malformed item."""
     params = {}
@@ -415,6 +448,9 @@ def main(argv: list[str]) -> int:
                                                  ("nthreads", args.nthreads),
                                                  ("nslots", args.nslots),
                                                  ("slot_bytes", args.slot_bytes)) if v})
+    if args.cycles < 1:
+        print(f"bench: -N/--cycles must be at least 1, got {args.cycles}", file=sys.stderr)
+        return 2
     if not 0 <= opts.root < opts.nranks:
         print(f"bench: root {opts.root} out of range for {opts.nranks} ranks", file=sys.stderr)
         return 2
@@ -441,13 +477,21 @@ def main(argv: list[str]) -> int:
             print(f"# torch baseline skipped: {why}")
         else:
             modes.append("NCCL" if args.torch_backend == "nccl" else "gloo")
-    results, base = {}, None
-    for mode in modes:      # each table as soon as it is measured: a long sweep shows progress
-        rows = results[mode] = run_sweep(opts, mode, args.backend, driver)
-        print(format_table(rows, base), flush=True)
-        print(f"# {mode}: Avg bus bandwidth    : {np.mean([r['busbw'] for r in rows]):.3f} GB/s",
-              flush=True)
-        base = base or {r["size"]: r["time_us"] for r in rows}
+    cycles: dict = {mode: [] for mode in modes}
+    for cycle in range(args.cycles):    # the modes take turns, so that drift on the host
+        for mode in modes:              # or the device over a long run reaches them alike
+            rows = run_sweep(opts, mode, args.backend, driver)
+            cycles[mode].append(rows)
+            if args.cycles > 1:
+                print(f"# cycle {cycle + 1}/{args.cycles}, {mode}: Avg bus bandwidth    : "
+                      f"{np.mean([r['busbw'] for r in rows]):.3f} GB/s", flush=True)
+            else:       # each table as soon as it is measured: a long sweep shows progress
+                print_table(rows, cycles["daemon"][0])
+    results = {mode: median_rows(runs) for mode, runs in cycles.items()}
+    if args.cycles > 1:
+        print(f"# the median of {args.cycles} cycles at each size (#wrong: all cycles)")
+        for mode in modes:
+            print_table(results[mode], results["daemon"])
     if not args.no_hbm:
         try:
             print(hbm_report(results, opts, args.backend), flush=True)
@@ -467,6 +511,7 @@ def main(argv: list[str]) -> int:
     if args.plot:
         plot(results, args.plot, f"pydfccl {opts.coll}, {opts.nranks} ranks ({where})")
     wrong = sum(max(0, r["wrong"]) for r in all_rows)
-    if wrong:
-        print(f"# {wrong} wrong elements", file=sys.stderr)
+    if wrong:       # as nccl-tests: a sweep that read wrong results fails
+        print(f"bench: {wrong} wrong elements", file=sys.stderr)
+        return 1
     return 0

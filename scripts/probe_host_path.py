@@ -13,6 +13,7 @@ Run: NUMBA_ENABLE_CUDASIM=1 python3 scripts/probe_host_path.py [--iters N] [--pr
 """
 import argparse
 import cProfile
+import os
 import pstats
 import time
 
@@ -97,7 +98,7 @@ def worker(comm, iters, profile):
         times[i] = time.perf_counter() - t0
     if prof:
         prof.disable()
-        pstats.Stats(prof).sort_stats("tottime").print_stats(18)
+        pstats.Stats(prof).sort_stats(os.environ.get("PROBE_SORT", "tottime")).print_stats(30)
     return times * 1e6
 
 

@@ -211,3 +211,39 @@ def test_bench_param_reaches_the_ranks_daemons(tmp_path, capsys):
     (row,) = json.loads(out_json.read_text())["rows"]
     assert row["wrong"] == 0
     assert row["preemptions"] >= 50
+
+
+def test_bench_cycles_alternate_the_modes_and_report_each_sizes_median(monkeypatch, tmp_path,
+                                                                       capsys):
+    """-N 3: the modes take turns three times; each size reports the median cycle's row,
+    the fastest and slowest times beside it, and #wrong summed over the cycles."""
+    import json
+
+    from pydfccl import sweep
+
+    order, seconds = [], iter([3e-3, 5e-3, 1e-3, 6e-3, 2e-3, 4e-3])   # daemon, nccl, ...
+
+    def fake_launch(worker, nranks, *, policy, **kw):
+        order.append("nccl" if policy == "nccl" else "daemon")
+        t = next(seconds)
+        return [[dict(seconds=t, wrong=1 if t == 1e-3 else 0, preemptions=0, launches=0)
+                 for _ in kw["args"][1]] for _ in range(nranks)]
+
+    monkeypatch.setattr(sweep, "launch", fake_launch)
+    out_json = tmp_path / "b.json"
+    assert cli.main(["bench", "--nranks", "2", "-b", "8", "-e", "8", "-N", "3", "--baseline",
+                     "nccl", "--driver", "threads", "--no-hbm", "--no-progress",
+                     "--json", str(out_json)]) == 1         # a cycle read wrong results
+    assert order == ["daemon", "nccl"] * 3
+    rows = {r["mode"]: r for r in json.loads(out_json.read_text())["rows"]}
+    assert rows["daemon"]["time_us"] == 2e3              # of 3, 1 and 2 ms
+    assert (rows["daemon"]["time_min_us"], rows["daemon"]["time_max_us"]) == (1e3, 3e3)
+    assert rows["daemon"]["wrong"] == 2 and rows["daemon"]["cycles"] == 3   # 2 ranks, once
+    assert rows["nccl"]["time_us"] == 5e3 and rows["nccl"]["wrong"] == 0
+    out = capsys.readouterr()
+    assert "bench: 2 wrong elements" in out.err
+    assert "median of 3 cycles" in out.out and "min(us)" in out.out
+    assert "2.50" in out.out                              # nccl's 5 ms over the daemon's 2
+
+    assert cli.main(["bench", "-N", "0", "--no-progress"]) == 2
+    assert "-N/--cycles must be at least 1" in capsys.readouterr().err

@@ -65,7 +65,8 @@ for s in $stages; do
                   stage big256_base_$b 120 $PY -m pydfccl bench --nranks 4 -b 16777216 -e 268435456 -f 16 -n 10 -w 2 --baseline none --nblocks 32 --slot-bytes 524288 --param BASE=$b --no-progress
                 done ;;
     probe_big)  # 16 and 256 MiB with 32 channels under dfccl and the nccl policy, one by one
-                # and back to back; the event logs go to $OUT/probe_big_<policy>.json.gz
+                # and back to back; event logs in $OUT/probe_big_<policy>_32ch.json.gz
+                # (read them with: python3 scripts/probe_big.py --summarize FILE...)
                 stage probe_big 200 $PY scripts/probe_big.py ;;
     probe_big8) # 16 MiB with 8 channels of 512 KiB, every block with a share: do the 24 idle
                 # blocks a rank of the 32-channel runs (2.3 to 4.2 ms, 2026-11-30) slow the rest?

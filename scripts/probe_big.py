@@ -3,10 +3,12 @@
 One thread drives every rank (``init_all``), as ``bench``'s sweep does. For each policy and
 size it times runs waited one by one and runs submitted back to back (up to 8 in flight),
 then writes every rank's daemon event log (``Communicator.trace()``) to
-``$OUT/probe_big_<policy>.json.gz`` for a look at which blocks waited, and when.
+``$OUT/probe_big_<policy>_<channels>ch.json.gz`` for a look at which blocks waited, and when;
+``--summarize FILE...`` prints what such a log says (no GPU needed).
 Run: python3 scripts/probe_big.py [--policies dfccl nccl] [--sizes 16777216 268435456]
 """
 import argparse
+import collections
 import gzip
 import json
 import os
@@ -67,7 +69,8 @@ def probe(name, policy, sizes, nranks, nblocks, slot_bytes, iters, out):
                 assert np.all(got == want), (got[:4], want)
         events = [e for c in comms for e in c.trace()]
         lost = sum(c.trace_lost() for c in comms)
-        with gzip.open(os.path.join(out, f"probe_big_{name}.json.gz"), "wt") as f:
+        path = os.path.join(out, f"probe_big_{name}_{nblocks}ch.json.gz")
+        with gzip.open(path, "wt") as f:
             json.dump(dict(policy=name, sizes=sizes, nblocks=nblocks, slot_bytes=slot_bytes,
                            iters=iters, marks=marks, lost=lost, events=events), f)
         print(f"{name}: {len(events)} events, {lost} lost", flush=True)
@@ -75,8 +78,54 @@ def probe(name, policy, sizes, nranks, nblocks, slot_bytes, iters, out):
         close_all(comms)
 
 
+def summarize(data: dict) -> list[str]:
+    """What a probe's event log says, size by size: how long a block took from loading its
+    share of a run to completing it (median over runs; the fastest and slowest block's
+    median beside it), how far apart in time the ranks took the same run from the SQ, and
+    how many times each rank's daemon was launched."""
+    runs = collections.defaultdict(list)       # (coll, rank, block) -> its events in order
+    launches = collections.Counter()
+    for e in sorted(data["events"], key=lambda e: e["t_ns"]):
+        if e["event"] == "launched":
+            launches[e["rank"]] += 1
+        elif e["coll"] is not None:
+            runs[(e["coll"], e["rank"], e["block"])].append(e)
+    lines = [f"{data['policy']}, {data['nblocks']} channels x {data['slot_bytes']} B: "
+             f"launches per rank " + ", ".join(f"{launches[r] // data['nblocks']}"
+                                                for r in sorted(launches))]
+    for coll, size in enumerate(data["sizes"]):
+        spans, absorbed = {}, collections.defaultdict(list)   # block medians; rank -> times
+        for (c, rank, block), events in runs.items():
+            if c != coll:
+                continue
+            mine, start = [], None
+            for e in events:
+                if e["event"] == "loaded" and start is None:
+                    start = e["t_ns"]
+                elif e["event"] == "completed" and start is not None:
+                    mine.append(e["t_ns"] - start)
+                    start = None
+            if mine:
+                spans[(rank, block)] = float(np.median(mine)) / 1e3
+            taken = [e["t_ns"] for e in events if e["event"] == "absorbed"]
+            prev = absorbed[rank]
+            absorbed[rank] = [min(a, b) for a, b in zip(prev, taken)] if prev else taken
+        if not spans:
+            continue
+        k = min(len(t) for t in absorbed.values())
+        apart = [(max(t[i] for t in absorbed.values()) - min(t[i] for t in absorbed.values()))
+                 / 1e3 for i in range(k)]
+        values = sorted(spans.values())
+        lines.append(f"  {size:>10} B: a block's share of a run {np.median(values):8.1f} us "
+                     f"(blocks {values[0]:.1f} to {values[-1]:.1f}); ranks took a run "
+                     f"{np.median(apart):.1f} us apart (at most {max(apart):.1f}), {k} runs")
+    return lines
+
+
 def main():
     p = argparse.ArgumentParser()
+    p.add_argument("--summarize", nargs="+", metavar="FILE",
+                   help="print what these event logs (probe_big_*.json.gz) say, and exit")
     p.add_argument("--policies", nargs="+", default=["dfccl", "nccl"])
     p.add_argument("--sizes", nargs="+", type=int, default=[16 << 20, 256 << 20])
     p.add_argument("--nranks", type=int, default=4)
@@ -86,6 +135,11 @@ def main():
     p.add_argument("--param", action="append", default=[],
                    help="NAME=VALUE: a parameter of every policy but nccl (as bench's)")
     args = p.parse_args()
+    if args.summarize:
+        for path in args.summarize:
+            with gzip.open(path, "rt") as f:
+                print("\n".join(summarize(json.load(f))))
+        return
     out = os.environ.get("OUT", ".")
     params = parse_params(args.param)
     for name in args.policies:

@@ -14,3 +14,28 @@ def test_host_path_probe_completes_runs_against_its_echo_daemon():
                          env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "host only (echo daemon), 300 runs: median" in out.stdout
+
+
+def test_probe_big_summarizes_an_event_log(tmp_path):
+    """A two-rank, one-channel log: runs of 3 and 5 us, the ranks taking each run 1 and 2 us
+    apart, and one launch per rank."""
+    import gzip
+    import json
+
+    def ev(t, rank, event, coll=0):
+        return dict(t_ns=t * 1000, rank=rank, block=0, event=event, coll=coll, loop=0, step=0)
+
+    events = [ev(0, 0, "launched", None), ev(0, 1, "launched", None)]
+    for rank, (start, extra) in enumerate(((10, 0), (11, 2))):
+        events += [ev(start, rank, "absorbed"), ev(start, rank, "loaded"),
+                   ev(start + 3, rank, "completed"), ev(20 + extra, rank, "absorbed"),
+                   ev(20 + extra, rank, "loaded"), ev(25 + extra, rank, "completed")]
+    path = tmp_path / "log.json.gz"
+    with gzip.open(path, "wt") as f:
+        json.dump(dict(policy="dfccl", sizes=[64], nblocks=1, slot_bytes=256, events=events), f)
+    out = subprocess.run([sys.executable, str(SCRIPTS / "probe_big.py"), "--summarize",
+                          str(path)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "launches per rank 1, 1" in out.stdout
+    assert "a block's share of a run      4.0 us (blocks 4.0 to 4.0)" in out.stdout
+    assert "ranks took a run 1.5 us apart (at most 2.0), 2 runs" in out.stdout

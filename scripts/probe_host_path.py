@@ -7,8 +7,9 @@ pydfccl's Python from ``run()`` to ``result()`` plus the echo's reaction (a comp
 under a microsecond when it has a core to itself), without a GPU: the host's share of the
 small-message latency, to measure and profile on a CPU. Under the simulator the buffers are
 numpy arrays, whose check is not cached as a Numba device array's is, so ``run()`` costs
-more here than with a GPU. On the 2-core development machine (2026-11-30, 1 rank, nothing
-else running): median 88 and 102 us in two runs of 5,000.
+more here than with a GPU. On the 2-core development machine (2026-11-30, 1 rank) the
+median moved from 33 to 102 us between runs of the same code: a host with cores to spare
+(the H200's) is the place to compare changes.
 Run: NUMBA_ENABLE_CUDASIM=1 python3 scripts/probe_host_path.py [--iters N] [--profile]
 """
 import argparse

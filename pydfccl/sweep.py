@@ -26,7 +26,9 @@ ranks read and write in device memory per run, walked from the step plan (all_re
 written by ``--csv``/``--json`` gain ``hbm_bytes``, ``hbm_gbs``, ``copy_gbs`` and
 ``hbm_pct_of_copy``. ``--no-hbm`` leaves it out; under the simulator one line says it needs a
 GPU.
-This is a benchmark: with ``-c`` it counts wrong elements (#wrong) but never fails a run.
+This is a benchmark: with ``-c`` it counts wrong elements (#wrong) and carries on to the
+end, then exits with status 1 if any run was wrong, as nccl-tests does. ``-N`` repeats the
+whole sweep with the modes taking turns and reports each size's median cycle.
 """
 
 from __future__ import annotations

@@ -19,7 +19,6 @@ case "${1:-}" in
       i=$((i + 1))
       name=$(printf "%02d-%s" "$i" "$(git rev-parse --short "$rev")") || exit 1
       mkdir -p "$DIR/$name" && git archive "$rev" | tar -x -C "$DIR/$name" || exit 1
-      cp -r .whl "$DIR/$name/" 2>/dev/null
     done
     ls "$DIR" ;;
   run)
@@ -30,6 +29,8 @@ case "${1:-}" in
     for tree in "$DIR"/*/ ./; do
       name=$(basename "$(cd "$tree" && pwd)")
       [ "$tree" = ./ ] && name="working-tree"
+      # the numpy wheel is carried once, at the root (a copy per tree would pass carry's 64 MiB)
+      [ "$tree" = ./ ] || [ -e "$tree/.whl" ] || ln -s "$PWD/.whl" "$tree/.whl"
       echo "=== $name" | tee -a "$OUT/summary.txt"
       (cd "$tree" && OUT="$all/$name" LOGS="/tmp/gpu_commits_$name" \
         bash scripts/gpu_check.sh "$@" > /dev/null 2>&1)

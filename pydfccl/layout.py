@@ -18,7 +18,7 @@ import numpy as np
 __all__ = [
     "MAX_COLLS", "MAX_BLOCKS", "RUNS_IN_FLIGHT", "SQ_CAP", "CQ_CAP", "NO_LIMIT", "TRACE_CAP",
     "TRACE_KINDS", "BLOCK_STATUS", "SQ_ENTRY", "CQ_ENTRY", "REGISTRATION", "CTL_ROW",
-    "COLL_ENTRY", "TASK", "QUEUED_RUN", "TRACE_EVENT",
+    "COLL_ENTRY", "TASK", "SQ_COPY", "QUEUED_RUN", "TRACE_EVENT",
     "POOL_HEADER",
     "CONN_HEADER_BYTES", "conn_bytes", "pool_bytes", "word",
 ]
@@ -45,13 +45,14 @@ BLOCK_STATUS = np.dtype([
     ("progress", I8),      # steps done, ever (the watchdog's heartbeat)
 ])
 
-SQ_ENTRY = np.dtype([
-    ("seq", I8),           # written last by the host: submission number + 1
+SQ_ENTRY = np.dtype([      # the daemon reads (coll, send) and (recv, priority) 16 bytes at
+    ("seq", I8),           # a time, one PCIe round trip each. Seq is written last by the
+    ("pad", I8),           # host: submission number + 1
     ("coll", I8),
     ("send", I8),
     ("recv", I8),
     ("priority", I8),
-    ("pad", I8, 3),
+    ("pad2", I8, 2),
 ])
 
 CQ_ENTRY = np.dtype([
@@ -118,6 +119,13 @@ TASK = np.dtype([          # the saved context of one collective on one block
     ("pad", I8, 3),
 ])
 
+SQ_COPY = np.dtype([       # an SQ entry as the first block of the rank to read it copied it
+    ("coll", I8),          # into device memory, for its siblings (the pool's ``sq_copy``)
+    ("send", I8),
+    ("recv", I8),
+    ("priority", I8),
+])
+
 QUEUED_RUN = np.dtype([    # a run absorbed while another run of its collective was active
     ("seq", I8),
     ("send", I8),
@@ -146,6 +154,7 @@ POOL_HEADER = np.dtype([
     ("pad3", I8, 15),
     ("sq_seen", I8),          # the furthest SQ entry a block of this rank has seen
     ("pad4", I8, 15),
+    ("sq_copy", SQ_COPY, SQ_CAP),   # the SQ entries below sq_seen, in device memory
     ("done", I8, (MAX_COLLS, RUNS_IN_FLIGHT)),   # blocks that finished each collective's
     #                                              runs, ever, by run number modulo
     ("colls", COLL_ENTRY, MAX_COLLS),
@@ -202,6 +211,14 @@ P_CQ_RESERVE = word(POOL_HEADER, "cq_reserve")
 P_BLOCK_QUITS = word(POOL_HEADER, "block_quits")
 P_RANK_PROGRESS = word(POOL_HEADER, "rank_progress")
 P_SQ_SEEN = word(POOL_HEADER, "sq_seen")
+P_SQ_COPY = word(POOL_HEADER, "sq_copy")
+SQ_COPY_SIZE = SQ_COPY.itemsize
+SQ_COPY_F = {name: word(SQ_COPY, name) for name in SQ_COPY.names}
+# The daemon moves (coll, send) and (recv, priority) as 16-byte pairs, in the SQ and its copy.
+for _fields in (SQ_F, SQ_COPY_F):
+    assert _fields["coll"] % 16 == 0 and _fields["send"] == _fields["coll"] + 8
+    assert _fields["recv"] % 16 == 0 and _fields["priority"] == _fields["recv"] + 8
+assert CTL_SQ % 16 == 0 and SQ_SIZE % 16 == 0 and P_SQ_COPY % 16 == 0 and SQ_COPY_SIZE % 16 == 0
 P_DONE = word(POOL_HEADER, "done")
 P_COLLS = word(POOL_HEADER, "colls")
 P_SQ_FRONTIER = word(POOL_HEADER, "sq_frontier")

@@ -80,8 +80,10 @@ def test_several_runs_of_a_collective_in_flight_stay_apart(count):
                            for r in range(nranks))
                 assert out["results"][f"{k},{i}"] == want.tolist(), (k, i)
         assert out["stats"]["completed"] == ncolls * runs
-        # the blocks posted how far they read the SQ (their siblings look there first)
+        # the blocks posted how far they read the SQ, and copied its entries into device
+        # memory for their siblings (who read those instead of host memory)
         assert out["sq_seen"] == ncolls * runs
+        assert out["copied"] == out["submitted"]
 
 
 def test_launch_per_call_holds_frees_and_each_launch_takes_the_runs_before_it():

@@ -255,9 +255,14 @@ def runs_in_flight(comm, ncolls: int, runs: int, count: int):
                for (k, i), f in futures.items()}
     from pydfccl import layout as L
 
-    sq_seen = int(comm.world.pools[comm.rank].read(L.P_SQ_SEEN, 8).view(np.int64)[0])
+    pool = comm.world.pools[comm.rank]
+    sq_seen = int(pool.read(L.P_SQ_SEEN, 8).view(np.int64)[0])
+    fields = ("coll", "send", "recv", "priority")
+    copies = pool.read(L.P_SQ_COPY, sq_seen * L.SQ_COPY_SIZE).view(L.SQ_COPY)
+    copied = [[int(e[f]) for f in fields] for e in copies]
+    submitted = [[int(comm._sq[f][k]) for f in fields] for k in range(sq_seen)]
     return dict(results=results, salt=salt, submitted_at_once=submitted_at_once,
-                stats=comm.stats(), sq_seen=sq_seen)
+                stats=comm.stats(), sq_seen=sq_seen, copied=copied, submitted=submitted)
 
 
 class _LaunchRecorder:

@@ -15,12 +15,13 @@ a collective); once one block of a launch has exited the others follow at their 
 so the launch ends whole and soon, and the host relaunches it when work is outstanding.
 The rank's blocks share the SQ's polling: host memory is a PCIe round trip away, and 32
 idle blocks each reading it in a loop would keep 32 reads in flight ahead of the busy
-blocks' own host accesses. Together they read it once per SQ_POLL_NS, and a block that finds
-new entries posts how far it saw in device memory (the pool's ``sq_seen``), where its
-siblings look first. A launch takes SQ entries up to its ``limit`` argument: the persistent
-daemon has none (``layout.NO_LIMIT``); the launch-per-collective baseline passes the runs
-submitted when it was launched, so that every block of a launch takes the same runs and
-leaves the rest to the next launch whole.
+blocks' own host accesses. Together they read it once per SQ_POLL_NS, and a block that
+finds new entries copies them into device memory (the pool's ``sq_copy``) and posts how far
+it saw (``sq_seen``), where its siblings look first and read the copies instead of the SQ:
+an entry crosses PCIe once per rank, not once per block. A launch takes SQ entries up to
+its ``limit`` argument: the persistent daemon has none (``layout.NO_LIMIT``); the
+launch-per-collective baseline passes the runs submitted when it was launched, so that
+every block of a launch takes the same runs and leaves the rest to the next launch whole.
 
 ``make_daemon(policy)`` compiles the policy's five functions into a daemon (one signature:
 nine int64 scalars; cached on disk under a key of its sources, see ``compiler``); one
@@ -34,8 +35,9 @@ from numba import cuda
 from .. import layout as L
 from ..sched.policies import PARAM_SLOTS
 from .compiler import daemon_kernel
-from .memory import (as_array, atomic_add_gpu, atomic_max_gpu, backoff, fence_sys,
-                     load_acquire, load_volatile, now_ns, store_release, store_volatile)
+from .memory import (as_array, atomic_add_gpu, atomic_max_gpu, backoff, fence_gpu,
+                     fence_sys, load16, load_acquire, load_volatile, now_ns, store16,
+                     store_release, store_volatile)
 from .primitives import (F_POSTDIV, F_RECV, F_SEND, SPIN_ABORT, SPIN_PREEMPT, fence, move,
                          spin_wait)
 from .plans import ALL_TO_ALL, loop_elems, plan_step, step_peers, steps_per_loop
@@ -53,12 +55,14 @@ BS_FRONTIER, BS_COLL, BS_STEP, BS_WAITS = (L.BS[k] for k in ("sq_frontier", "col
 BS_COMPLETED, BS_PREEMPTIONS, BS_EXITS, BS_PROGRESS = (
     L.BS[k] for k in ("completed", "preemptions", "exits", "progress"))
 CTL_SQ, SQ_SIZE, SQ_CAP = L.CTL_SQ, L.SQ_SIZE, L.SQ_CAP
-SQ_SEQ, SQ_COLL, SQ_SEND, SQ_RECV, SQ_PRIO = (L.SQ_F[k] for k in ("seq", "coll", "send", "recv", "priority"))
+SQ_SEQ, SQ_COLL, SQ_RECV = (L.SQ_F[k] for k in ("seq", "coll", "recv"))
 CTL_CQ, CQ_SIZE, CQ_CAP = L.CTL_CQ, L.CQ_SIZE, L.CQ_CAP
 CQ_STAMP, CQ_COLL = L.CQ_F["stamp"], L.CQ_F["coll"]
 P_CQ_RESERVE, P_DONE, P_COLLS, P_SQ_FRONTIER, P_TASKS, P_BLOCK_QUITS = (
     L.P_CQ_RESERVE, L.P_DONE, L.P_COLLS, L.P_SQ_FRONTIER, L.P_TASKS, L.P_BLOCK_QUITS)
-P_RANK_PROGRESS, P_SQ_SEEN = L.P_RANK_PROGRESS, L.P_SQ_SEEN
+P_RANK_PROGRESS, P_SQ_SEEN, P_SQ_COPY = L.P_RANK_PROGRESS, L.P_SQ_SEEN, L.P_SQ_COPY
+SQ_COPY_SIZE = L.SQ_COPY_SIZE
+SC_COLL, SC_RECV = L.SQ_COPY_F["coll"], L.SQ_COPY_F["recv"]
 # The collective table and a block's task contexts are read and written with plain
 # (cacheable, pipelined) loads and stores: the table is constant while the daemon runs and
 # a block's contexts belong to that block's thread 0 alone. Offsets in int64 words.
@@ -286,49 +290,70 @@ def make_daemon(policy):
         _insert(act, akey, sh, coll, order_key(params, prio, seq, coll))
 
     @cuda.jit(device=True)
+    def take(st, act, akey, sh, params, ctl, pool, colls, tasks, queue, block, nblocks,
+             nranks, slot_bytes, seq, coll, send, recv, prio):
+        """A new run (SQ entry number ``seq``, from 1): activate its task, or queue it behind
+        its collective's active run, or finish it at once if this block has no share."""
+        _trace(st, pool, block, EV_ABSORBED, coll, seq, 0, 0)
+        begin, end, nloops, slot_elems = _span(colls, coll, block, nranks, slot_bytes)
+        if nloops == 0:
+            _finish(st, ctl, pool, tasks, coll, block, nblocks)
+            return
+        task = coll * TASK_WORDS
+        if tasks[task + T_ACTIVE] != 0:
+            q = tasks[task + T_QUEUED]
+            rec = (coll * (RUNS - 1) + q % (RUNS - 1)) * QUEUE_WORDS
+            queue[rec + Q_SEQ] = seq
+            queue[rec + Q_SEND] = send
+            queue[rec + Q_RECV] = recv
+            queue[rec + Q_PRIO] = prio
+            tasks[task + T_QUEUED] = q + 1
+            return
+        activate(act, akey, sh, params, tasks, coll, seq, send, recv, prio)
+
+    @cuda.jit(device=True)
     def absorb(st, act, akey, sh, params, ctl, pool, colls, tasks, queue, block, nblocks,
                nranks, slot_bytes, limit):
-        """Take new SQ entries, up to entry ``limit``: activate their tasks, or queue a run
-        behind its collective's active one (or finish at once if this block has no share
-        of the data). The SQ (host memory) is read only when a sibling has seen entries
-        this block has not, or at this block's turn to poll."""
+        """Take new SQ entries, up to entry ``limit``. Entries a sibling has seen come from
+        its copy in device memory (``sq_copy``, below ``sq_seen``); the SQ itself (host
+        memory, each read a PCIe round trip) is read only at this block's turn to poll, and
+        the block that reads it copies what it found for the others."""
         f = st[S_FRONTIER]
-        if load_volatile(pool + P_SQ_SEEN) <= f:
+        seen = load_volatile(pool + P_SQ_SEEN)
+        if seen > f:
+            fence_gpu()          # the copies were written before sq_seen was raised
+            last = min(seen, limit)
+            while f < last:
+                c = pool + P_SQ_COPY + (f % SQ_CAP) * SQ_COPY_SIZE
+                coll, send = load16(c + SC_COLL)
+                recv, prio = load16(c + SC_RECV)
+                f += 1
+                take(st, act, akey, sh, params, ctl, pool, colls, tasks, queue, block,
+                     nblocks, nranks, slot_bytes, f, coll, send, recv, prio)
+        else:
             t = now_ns()
             if t < st[S_NEXT_POLL]:
                 return
             st[S_NEXT_POLL] = t + nblocks * SQ_POLL_NS
-        entry = ctl + CTL_SQ + (f % SQ_CAP) * SQ_SIZE
-        seq = load_acquire(entry + SQ_SEQ)
-        while seq == f + 1 and f < limit:
-            coll = load_volatile(entry + SQ_COLL)
-            prio = load_volatile(entry + SQ_PRIO)
-            send = load_volatile(entry + SQ_SEND)
-            recv = load_volatile(entry + SQ_RECV)
-            # The next entry's sequence word, in flight together with these reads (host
-            # memory: each round trip crosses PCIe).
-            entry = ctl + CTL_SQ + ((f + 1) % SQ_CAP) * SQ_SIZE
+            entry = ctl + CTL_SQ + (f % SQ_CAP) * SQ_SIZE
             seq = load_acquire(entry + SQ_SEQ)
-            f += 1
-            _trace(st, pool, block, EV_ABSORBED, coll, f, 0, 0)
-            begin, end, nloops, slot_elems = _span(colls, coll, block, nranks, slot_bytes)
-            if nloops == 0:
-                _finish(st, ctl, pool, tasks, coll, block, nblocks)
-                continue
-            task = coll * TASK_WORDS
-            if tasks[task + T_ACTIVE] != 0:
-                q = tasks[task + T_QUEUED]
-                rec = (coll * (RUNS - 1) + q % (RUNS - 1)) * QUEUE_WORDS
-                queue[rec + Q_SEQ] = f
-                queue[rec + Q_SEND] = send
-                queue[rec + Q_RECV] = recv
-                queue[rec + Q_PRIO] = prio
-                tasks[task + T_QUEUED] = q + 1
-                continue
-            activate(act, akey, sh, params, tasks, coll, f, send, recv, prio)
+            while seq == f + 1 and f < limit:
+                # Plain 16-byte loads after the acquire: the two, and the next entry's
+                # sequence word, cross PCIe together.
+                coll, send = load16(entry + SQ_COLL)
+                recv, prio = load16(entry + SQ_RECV)
+                entry = ctl + CTL_SQ + ((f + 1) % SQ_CAP) * SQ_SIZE
+                seq = load_acquire(entry + SQ_SEQ)
+                c = pool + P_SQ_COPY + (f % SQ_CAP) * SQ_COPY_SIZE
+                store16(c + SC_COLL, coll, send)
+                store16(c + SC_RECV, recv, prio)
+                f += 1
+                take(st, act, akey, sh, params, ctl, pool, colls, tasks, queue, block,
+                     nblocks, nranks, slot_bytes, f, coll, send, recv, prio)
+            if f != st[S_FRONTIER]:
+                atomic_max_gpu(pool + P_SQ_SEEN, f)   # release: the copies before it
         if f != st[S_FRONTIER]:
             st[S_FRONTIER] = f
-            atomic_max_gpu(pool + P_SQ_SEEN, f)
             _progress(st, pool)   # new work is activity: a block with no share of it must
             #                       stay to complete it, not quit
             store_volatile(pool + P_SQ_FRONTIER + block * 8, f)

@@ -5,7 +5,8 @@ entry as soon as it appears (its CQ entry, stamp last), and quits after 5 ms wit
 to do, as a daemon would; pydfccl's launch loop relaunches it. So a run's time here is
 pydfccl's Python from ``run()`` to ``result()`` plus the echo's reaction (a compiled spin:
 under a microsecond when it has a core to itself), without a GPU: the host's share of the
-small-message latency, to measure and profile on a CPU. Under the simulator the buffers are
+small-message latency, to measure and profile on a CPU; it prints the time inside ``run()``
+and inside ``result()`` apart as well. Under the simulator the buffers are
 numpy arrays, whose check is not cached as a Numba device array's is, so ``run()`` costs
 more here than with a GPU. On the 2-core development machine (2026-11-30, 1 rank) the
 median moved from 33 to 102 us between runs of the same code: a host with cores to spare
@@ -87,7 +88,7 @@ def worker(comm, iters, profile):
     comm.prepare(0, "all_reduce", count=2, dtype="float32")
     comm.start()
     x, y = comm.empty(2, "float32"), comm.empty(2, "float32")
-    times = np.empty(iters)
+    times = np.empty((iters, 2))               # run(), then result()
     for _ in range(200):                       # warm-up
         comm.run(0, x, y).result(timeout=30)
     prof = cProfile.Profile() if profile else None
@@ -95,8 +96,10 @@ def worker(comm, iters, profile):
         prof.enable()
     for i in range(iters):
         t0 = time.perf_counter()
-        comm.run(0, x, y).result(timeout=30)
-        times[i] = time.perf_counter() - t0
+        future = comm.run(0, x, y)
+        t1 = time.perf_counter()
+        future.result(timeout=30)
+        times[i] = t1 - t0, time.perf_counter() - t1
     if prof:
         prof.disable()
         pstats.Stats(prof).sort_stats(os.environ.get("PROBE_SORT", "tottime")).print_stats(30)
@@ -109,9 +112,11 @@ def main():
     p.add_argument("--profile", action="store_true")
     args = p.parse_args()
     (times,) = pydfccl.launch(worker, 1, args=(args.iters, args.profile))
+    total = times.sum(axis=1)
     print(f"run() to result(), host only (echo daemon), {args.iters} runs: median "
-          f"{np.median(times):.1f} us, p10 {np.percentile(times, 10):.1f}, "
-          f"p90 {np.percentile(times, 90):.1f}")
+          f"{np.median(total):.1f} us, p10 {np.percentile(total, 10):.1f}, "
+          f"p90 {np.percentile(total, 90):.1f}; inside run() {np.median(times[:, 0]):.1f}, "
+          f"inside result() {np.median(times[:, 1]):.1f}")
 
 
 if __name__ == "__main__":

@@ -45,9 +45,11 @@ BLOCK_STATUS = np.dtype([
     ("progress", I8),      # steps done, ever (the watchdog's heartbeat)
 ])
 
-SQ_ENTRY = np.dtype([      # the daemon reads (coll, send) and (recv, priority) 16 bytes at
-    ("seq", I8),           # a time, one PCIe round trip each. Seq is written last by the
-    ("pad", I8),           # host: submission number + 1
+# The daemon reads an entry's seq, then (coll, send) and (recv, priority) as two 16-byte
+# loads that cross PCIe together (the asserts below keep the pairs aligned).
+SQ_ENTRY = np.dtype([
+    ("seq", I8),           # written last by the host: submission number + 1
+    ("pad", I8),
     ("coll", I8),
     ("send", I8),
     ("recv", I8),
@@ -218,7 +220,8 @@ SQ_COPY_F = {name: word(SQ_COPY, name) for name in SQ_COPY.names}
 for _fields in (SQ_F, SQ_COPY_F):
     assert _fields["coll"] % 16 == 0 and _fields["send"] == _fields["coll"] + 8
     assert _fields["recv"] % 16 == 0 and _fields["priority"] == _fields["recv"] + 8
-assert CTL_SQ % 16 == 0 and SQ_SIZE % 16 == 0 and P_SQ_COPY % 16 == 0 and SQ_COPY_SIZE % 16 == 0
+assert CTL_ROW.itemsize % 16 == 0 and CTL_SQ % 16 == 0 and SQ_SIZE % 16 == 0
+assert P_SQ_COPY % 16 == 0 and SQ_COPY_SIZE % 16 == 0
 P_DONE = word(POOL_HEADER, "done")
 P_COLLS = word(POOL_HEADER, "colls")
 P_SQ_FRONTIER = word(POOL_HEADER, "sq_frontier")

@@ -28,7 +28,8 @@ written by ``--csv``/``--json`` gain ``hbm_bytes``, ``hbm_gbs``, ``copy_gbs`` an
 GPU.
 This is a benchmark: with ``-c`` it counts wrong elements (#wrong) and carries on to the
 end, then exits with status 1 if any run was wrong, as nccl-tests does. ``-N`` repeats the
-whole sweep with the modes taking turns and reports each size's median cycle.
+whole sweep with the modes taking turns and reports each size's median cycle, and for a
+baseline also the median of its ratios to the daemon within a cycle (``x paired``).
 """
 
 from __future__ import annotations
@@ -228,8 +229,10 @@ def _summed(per_rank: list, i: int, key: str) -> int:
 def format_table(rows: list[dict], base: dict | None) -> str:
     """nccl-tests' columns, then what the timed runs cost in preemptions and kernel
     launches (all ranks; N/A for NCCL itself), the fastest and slowest cycle's times when
-    the sweep ran several (``-N``), and the time over the daemon's for a baseline."""
+    the sweep ran several (``-N``), and the time over the daemon's for a baseline (with
+    several cycles also ``x paired``: see ``paired_ratios``)."""
     spread = "time_min_us" in rows[0]
+    paired = "x_daemon_paired" in rows[0]
     head = (f"{'mode':>8} {'size(B)':>12} {'count':>10} {'type':>8} {'redop':>6} {'root':>5} "
             f"{'time(us)':>10} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12} {'#wrong':>7} "
             f"{'preempt':>8} {'launches':>8}")
@@ -237,6 +240,8 @@ def format_table(rows: list[dict], base: dict | None) -> str:
         head += f" {'min(us)':>10} {'max(us)':>10}"
     if base:
         head += f" {'x daemon':>9}"
+    if paired:
+        head += f" {'x paired':>9}"
     lines = [head]
     for r in rows:
         line = (f"{r['mode']:>8} {r['size']:>12} {r['count']:>10} {r['type']:>8} "
@@ -247,6 +252,8 @@ def format_table(rows: list[dict], base: dict | None) -> str:
             line += f" {r['time_min_us']:>10.1f} {r['time_max_us']:>10.1f}"
         if base:
             line += f" {r['time_us'] / base[r['size']]:>9.2f}"
+        if paired:
+            line += f" {r['x_daemon_paired']:>9.2f}"
         lines.append(line)
     return "\n".join(lines)
 
@@ -356,7 +363,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-w", "--warmup", type=int, default=5 if gpu else 1)
     p.add_argument("-N", "--cycles", type=int, default=1,
                    help="run the whole sweep this many times, the modes taking turns, and "
-                        "report each size's median cycle (with the fastest and slowest)")
+                        "report each size's median cycle (with the fastest and slowest) and a "
+                        "baseline's median ratio within a cycle (x paired)")
     p.add_argument("-c", "--check", type=int, default=1, choices=(0, 1),
                    help="count wrong elements (#wrong)")
     p.add_argument("-d", "--datatype", default="float32", choices=list(DTYPES))
@@ -408,6 +416,16 @@ def median_rows(cycles: list[list[dict]]) -> list[dict]:
                          time_min_us=ranked[0]["time_us"], time_max_us=ranked[-1]["time_us"],
                          wrong=sum(wrongs) if min(wrongs) >= 0 else -1))
     return rows
+
+
+def paired_ratios(rows: list[dict], cycles: list[list[dict]], daemon: list[list[dict]]):
+    """Add to a baseline's median rows ``x_daemon_paired``: at each size the median over
+    the cycles of its time over the daemon's in the same cycle. The two runs of a pair are
+    seconds apart, where the cycles' medians may be minutes apart, so a drift of the host
+    between cycles moves this ratio less than it moves ``x daemon``."""
+    for i, row in enumerate(rows):
+        row["x_daemon_paired"] = float(np.median(
+            [mine[i]["time_us"] / theirs[i]["time_us"] for mine, theirs in zip(cycles, daemon)]))
 
 
 def print_table(rows: list[dict], daemon_rows: list[dict]) -> None:
@@ -491,6 +509,8 @@ def main(argv: list[str]) -> int:
                 print_table(rows, cycles["daemon"][0])
     results = {mode: median_rows(runs) for mode, runs in cycles.items()}
     if args.cycles > 1:
+        for mode in modes[1:]:
+            paired_ratios(results[mode], cycles[mode], cycles["daemon"])
         print(f"# the median of {args.cycles} cycles at each size (#wrong: all cycles)")
         for mode in modes:
             print_table(results[mode], results["daemon"])

@@ -78,6 +78,8 @@ for s in $stages; do
     probe)      stage probe 60 $PY scripts/probe_timer.py ;;
     probe_host) stage probe_host 60 $PY scripts/probe_host.py ;;
     probe_latency) stage probe_latency 90 $PY scripts/probe_latency.py ;;
+    probe_latency8) # the same with 8 ranks: where bench8's 450 us go (2026-11-30: not known)
+                stage probe_latency8 90 $PY scripts/probe_latency.py 1000 8 ;;
     probe_memory) stage probe_memory 60 $PY scripts/probe_memory.py ;;
     probe_step) stage probe_step 60 $PY scripts/probe_step.py ;;
     clocks)     # the SM clock while a latency run keeps the daemons busy (read, never set)

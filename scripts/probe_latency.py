@@ -1,10 +1,11 @@
 """Probe (GPU only): where the time of a small all-reduce goes.
 
-One Python thread drives two ranks (``init_all``: no rank threads, so no GIL hand-offs) and
-splits each run into: time inside the two ``run()`` calls, time until both CQ stamps are
-visible to a tight host loop, and the daemon's own absorbed-to-completed time from its event
-log (%globaltimer). Also times the host pieces of ``run()`` alone.
-Run: python3 scripts/probe_latency.py [iters]
+One Python thread drives the ranks (two by default; ``init_all``: no rank threads, so no GIL
+hand-offs) and splits each run into: time inside the ranks' ``run()`` calls, time until
+every CQ stamp is visible to a tight host loop, and the daemon's own absorbed-to-completed
+time from its event log (%globaltimer), whose last runs it prints. Also times the host
+pieces of ``run()`` alone.
+Run: python3 scripts/probe_latency.py [iters] [nranks]
 """
 import sys
 import time
@@ -64,7 +65,7 @@ def main(iters=3000, nranks=2):
     t_end = max(e["t_ns"] for e in last)
     window = sorted((e for e in last if e["t_ns"] > t_end - 150_000), key=lambda e: e["t_ns"])
     print("the last runs, as the daemons logged them (us before the last event):")
-    for e in window[-24:]:
+    for e in window[-12 * nranks:]:
         print(f"  {(e['t_ns'] - t_end) / 1e3:8.1f}  rank {e['rank']} block {e['block']} "
               f"{e['event']:<10} coll {e['coll']} step {e['step']}")
     launches = [c.stats()["launches"] for c in comms]
@@ -72,8 +73,8 @@ def main(iters=3000, nranks=2):
         c.close()
     print(f"single controller, {nranks} ranks, {iters} runs of an 8-byte all-reduce")
     print(f"{'what':<44} {'median us':>10} {'p90 us':>8}")
-    for name, v in [("both run() calls", run_us * 1e6), ("submit -> both CQ stamps seen", seen_us * 1e6),
-                    ("submit -> both futures done", done_us * 1e6),
+    for name, v in [("all run() calls", run_us * 1e6), ("submit -> every CQ stamp seen", seen_us * 1e6),
+                    ("submit -> every future done", done_us * 1e6),
                     ("daemon rank 0 absorbed -> completed", np.array(gpu[-iters:]) / 1e3)]:
         print(f"{name:<44} {np.median(v):>10.1f} {np.percentile(v, 90):>8.1f}")
     print(f"daemon launches per rank: {launches}")
@@ -87,4 +88,5 @@ def main(iters=3000, nranks=2):
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 3000)
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 3000,
+         int(sys.argv[2]) if len(sys.argv) > 2 else 2)

@@ -63,7 +63,8 @@ def main(iters=3000, nranks=2):
             gpu.append(e["t_ns"] - absorbed.pop(e["coll"]))
     last = [e for evs in events for e in evs if e["event"] != "quit"]
     t_end = max(e["t_ns"] for e in last)
-    window = sorted((e for e in last if e["t_ns"] > t_end - 150_000), key=lambda e: e["t_ns"])
+    window = sorted((e for e in last if e["t_ns"] > t_end - 75_000 * nranks),
+                    key=lambda e: e["t_ns"])
     print("the last runs, as the daemons logged them (us before the last event):")
     for e in window[-12 * nranks:]:
         print(f"  {(e['t_ns'] - t_end) / 1e3:8.1f}  rank {e['rank']} block {e['block']} "

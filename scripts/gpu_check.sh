@@ -68,8 +68,8 @@ for s in $stages; do
                 # and back to back; event logs in $OUT/probe_big_<policy>_32ch.json.gz
                 # (read them with: python3 scripts/probe_big.py --summarize FILE...)
                 stage probe_big 200 $PY scripts/probe_big.py ;;
-    probe_big8) # 16 MiB with 8 channels of 512 KiB, every block with a share: do the 24 idle
-                # blocks a rank of the 32-channel runs (2.3 to 4.2 ms, 2026-11-30) slow the rest?
+    probe_big8) # 16 MiB with 8 channels of 512 KiB, every block with a share, against 32 (24
+                # idle a rank): 0.6 against 3.1 ms a run, 2026-11-30 04:27; not the idle polling
                 stage probe_big8 120 $PY scripts/probe_big.py --nblocks 8 --sizes 16777216
                 stage probe_big32 120 $PY scripts/probe_big.py --nblocks 32 --sizes 16777216 ;;
     probe_host_path) # the host's share of a run: pydfccl's Python against an echo daemon (CPU)

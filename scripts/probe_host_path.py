@@ -28,18 +28,10 @@ import pydfccl
 from pydfccl import layout as L
 from pydfccl import platform
 from pydfccl.communicator import CollectiveFuture
+from pydfccl.hostspin import _load_acquire_i64 as _load
 
 SQ_SEQ, SQ_COLL = L.CTL_SQ + L.SQ_F["seq"], L.CTL_SQ + L.SQ_F["coll"]
 CQ_STAMP, CQ_COLL = L.CTL_CQ + L.CQ_F["stamp"], L.CTL_CQ + L.CQ_F["coll"]
-
-
-@intrinsic
-def _load(typingctx, addr):
-    def codegen(context, builder, sig, args):
-        ptr = builder.inttoptr(args[0], ir.PointerType(ir.IntType(64)))
-        return builder.load_atomic(ptr, "acquire", 8)
-
-    return types.int64(types.int64), codegen
 
 
 @intrinsic

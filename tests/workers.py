@@ -8,6 +8,7 @@ import time
 import numpy as np
 
 import pydfccl
+from pydfccl import layout as L
 from pydfccl import platform
 from pydfccl.reference import buffer_elems, reference
 
@@ -253,8 +254,6 @@ def runs_in_flight(comm, ncolls: int, runs: int, count: int):
     submitted_at_once = comm.stats()["submitted"]
     results = {f"{k},{i}": platform.to_numpy(f.result(timeout=300)).tolist()
                for (k, i), f in futures.items()}
-    from pydfccl import layout as L
-
     pool = comm.world.pools[comm.rank]
     sq_seen = int(pool.read(L.P_SQ_SEEN, 8).view(np.int64)[0])
     fields = ("coll", "send", "recv", "priority")
@@ -581,8 +580,6 @@ def held_daemon(comm, seconds: float):
 def held_launch_losing_a_block(comm, seconds: float):
     """A held launch in which a block has quit (counted in the pool's block_quits, bumped
     here as if a sibling block had exited before the hold) ends whole and is relaunched."""
-    from pydfccl import layout as L
-
     comm.prepare(0, "all_reduce", count=4, dtype="float32")
     comm.start()
     comm.hold_daemon()

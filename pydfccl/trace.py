@@ -103,7 +103,9 @@ class TraceReader:
                      event=L.TRACE_KINDS.get(int(rec["event"]), "unknown"),
                      coll=self.coll_ids.get(coll) if coll >= 0 else None,
                      loop=int(rec["detail"]) // 1024, step=int(rec["detail"]) % 1024)
-        if event["event"] == "preempted":
+        if event["event"] == "launched":      # its detail is the block's multiprocessor
+            event.update(loop=0, step=0, sm=int(rec["detail"]))
+        elif event["event"] == "preempted":
             event.update(primitive=primitive_name(int(rec["flags"])),
                          waited_ns=int(rec["waited"]))
         return event

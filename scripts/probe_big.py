@@ -82,17 +82,23 @@ def summarize(data: dict) -> list[str]:
     """What a probe's event log says, size by size: how long a block took from loading its
     share of a run to completing it (median over runs; the fastest and slowest block's
     median beside it), how far apart in time the ranks took the same run from the SQ, and
-    how many times each rank's daemon was launched."""
+    how many times each rank's daemon was launched, and (logs with the blocks'
+    multiprocessors) how the blocks that worked shared multiprocessors."""
     runs = collections.defaultdict(list)       # (coll, rank, block) -> its events in order
     launches = collections.Counter()
+    sm_of = {}                                 # (rank, block) -> its last launch's SM
     for e in sorted(data["events"], key=lambda e: e["t_ns"]):
         if e["event"] == "launched":
             launches[e["rank"]] += 1
+            if "sm" in e:
+                sm_of[(e["rank"], e["block"])] = e["sm"]
         elif e["coll"] is not None:
             runs[(e["coll"], e["rank"], e["block"])].append(e)
     lines = [f"{data['policy']}, {data['nblocks']} channels x {data['slot_bytes']} B: "
              f"launches per rank " + ", ".join(f"{launches[r] // data['nblocks']}"
                                                 for r in sorted(launches))]
+    if sm_of:
+        lines.append("  " + _sharing("daemon blocks", list(sm_of.values())))
     for coll, size in enumerate(data["sizes"]):
         spans, absorbed = {}, collections.defaultdict(list)   # block medians; rank -> times
         for (c, rank, block), events in runs.items():
@@ -119,7 +125,17 @@ def summarize(data: dict) -> list[str]:
         lines.append(f"  {size:>10} B: a block's share of a run {np.median(values):8.1f} us "
                      f"(blocks {values[0]:.1f} to {values[-1]:.1f}); ranks took a run "
                      f"{np.median(apart):.1f} us apart (at most {max(apart):.1f}), {k} runs")
+        working = [sm_of[key] for key in spans if key in sm_of]
+        if working:
+            lines.append(f"  {size:>10} B: " + _sharing("blocks with a share", working))
     return lines
+
+
+def _sharing(what: str, sms: list) -> str:
+    """How ``sms`` (one multiprocessor per block) spread: blocks, multiprocessors, most on one."""
+    per_sm = collections.Counter(sms)
+    return (f"{len(sms)} {what} on {len(per_sm)} multiprocessors, at most "
+            f"{max(per_sm.values())} on one")
 
 
 def main():

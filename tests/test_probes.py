@@ -25,7 +25,7 @@ def test_probe_big_summarizes_an_event_log(tmp_path):
     def ev(t, rank, event, coll=0):
         return dict(t_ns=t * 1000, rank=rank, block=0, event=event, coll=coll, loop=0, step=0)
 
-    events = [ev(0, 0, "launched", None), ev(0, 1, "launched", None)]
+    events = [dict(ev(0, rank, "launched", None), sm=7) for rank in (0, 1)]   # one SM
     for rank, (start, extra) in enumerate(((10, 0), (11, 2))):
         events += [ev(start, rank, "absorbed"), ev(start, rank, "loaded"),
                    ev(start + 3, rank, "completed"), ev(20 + extra, rank, "absorbed"),
@@ -38,4 +38,6 @@ def test_probe_big_summarizes_an_event_log(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     assert "launches per rank 1, 1" in out.stdout
     assert "a block's share of a run      4.0 us (blocks 4.0 to 4.0)" in out.stdout
+    assert "2 daemon blocks on 1 multiprocessors, at most 2 on one" in out.stdout
+    assert "2 blocks with a share on 1 multiprocessors, at most 2 on one" in out.stdout
     assert "ranks took a run 1.5 us apart (at most 2.0), 2 runs" in out.stdout

@@ -47,6 +47,9 @@ def test_trace_shows_every_collective_loaded_preempted_resumed_completed():
                                       "recvCopySend", "recv"), e
             assert e["waited_ns"] > 0, e
     assert {e["event"] for e in events} >= {"launched", "absorbed", "loaded", "completed"}
+    for e in events:        # a launch says where the block runs (%smid; 0 simulated)
+        if e["event"] == "launched":
+            assert isinstance(e["sm"], int) and e["sm"] >= 0, e
 
     chrome = to_chrome(events)
     json.dumps(chrome)

@@ -36,8 +36,8 @@ from .. import layout as L
 from ..sched.policies import PARAM_SLOTS
 from .compiler import daemon_kernel
 from .memory import (as_array, atomic_add_gpu, atomic_max_gpu, backoff, fence_gpu,
-                     fence_sys, load16, load_acquire, load_volatile, now_ns, store16,
-                     store_release, store_volatile)
+                     fence_sys, load16, load_acquire, load_volatile, now_ns, sm_id,
+                     store16, store_release, store_volatile)
 from .primitives import (F_POSTDIV, F_RECV, F_SEND, SPIN_ABORT, SPIN_PREEMPT, fence, move,
                          spin_wait)
 from .plans import ALL_TO_ALL, loop_elems, plan_step, step_peers, steps_per_loop
@@ -557,7 +557,7 @@ def make_daemon(policy):
         store_volatile(ctl + CTL_QUITTING + block * 8, 0)
         st[S_QUITS0] = load_volatile(pool + P_BLOCK_QUITS)   # blocks start together; none
         #                                                       quits within QUIT_AFTER
-        _trace(st, pool, block, EV_LAUNCHED, -1, 0, 0, 0)
+        _trace(st, pool, block, EV_LAUNCHED, -1, sm_id(), 0, 0)   # where the block runs
         sh[SH_NACT] = 0
         for coll in range(MAX_COLLS):
             task = coll * TASK_WORDS

@@ -42,6 +42,7 @@ __all__ = [
     "fence_gpu",
     "backoff",
     "now_ns",
+    "sm_id",
 ]
 
 SIMULATOR = bool(config.ENABLE_CUDASIM)
@@ -123,6 +124,10 @@ if SIMULATOR:
 
     def now_ns():
         return time.perf_counter_ns()
+
+    def sm_id():
+        """The simulator has no multiprocessors: every block reports 0."""
+        return 0
 
     def backoff():
         # A simulated spin costs a Python loop; sleeping leaves the CPU to the other ranks.
@@ -320,6 +325,16 @@ else:
         64 ns on the H200: scripts/probe_timer.py, 2026-11-29)."""
         def codegen(context, builder, sig, args):
             return _asm(builder, "mov.u64 $0, %globaltimer;", "=l,~{memory}", [], _i64)
+
+        return types.int64(), codegen
+
+    @intrinsic
+    def sm_id(typingctx):
+        """The multiprocessor this thread runs on (``%smid``): which daemon blocks share an
+        SM, for the launch event."""
+        def codegen(context, builder, sig, args):
+            sm = _asm(builder, "mov.u32 $0, %smid;", "=r", [], ir.IntType(32))
+            return builder.zext(sm, _i64)
 
         return types.int64(), codegen
 

@@ -42,7 +42,9 @@ for s in $stages; do
                 stage sweep4 300 $PY -m pydfccl bench --nranks 4 -b 8 -e 268435456 -f 4 --baseline both --no-progress --csv "$LOGS/sweep4.csv" ;;
     sweep4_policy) # issue 5's preemption cost: dfccl against the nccl policy (no preemption)
                 # on in-order work, 8 B to 128 MiB by 16x, in one run
-                stage sweep4_policy 300 $PY -m pydfccl bench --nranks 4 -b 8 -e 268435456 -f 16 -n ${SWEEP_ITERS:-10} -N ${CYCLES:-1} -w 2 --baseline nccl --no-progress --csv "$LOGS/sweep4_policy.csv" ;;
+                # (a cycle of 200 runs a size took about 50 s on 2026-11-30, so the limit grows
+                # with CYCLES: at a fixed 300 s, CYCLES=9 was cut off at 07:12 with no table)
+                stage sweep4_policy $(( ${CYCLES:-1} > 4 ? 60 + 55 * ${CYCLES:-1} : 300 )) $PY -m pydfccl bench --nranks 4 -b 8 -e 268435456 -f 16 -n ${SWEEP_ITERS:-10} -N ${CYCLES:-1} -w 2 --baseline nccl --no-progress --csv "$LOGS/sweep4_policy.csv" ;;
     sweep2_gpus) # two GPUs (device kind nvidia-h200-x2): a rank process per GPU, beside NCCL
                 # itself through torch.distributed in the same run
                 stage sweep2_gpus 300 env PYDFCCL_BACKEND=processes $PY -m pydfccl bench --nranks 2 -b 8 -e 268435456 -f 8 -n 10 -w 2 --baseline torch --no-progress --csv "$LOGS/sweep2_gpus.csv" ;;

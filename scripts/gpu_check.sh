@@ -71,7 +71,8 @@ for s in $stages; do
                 # (read them with: python3 scripts/probe_big.py --summarize FILE...)
                 stage probe_big 200 $PY scripts/probe_big.py ;;
     probe_big8) # 16 MiB with 8 channels of 512 KiB, every block with a share, against 32 (24
-                # idle a rank): 0.6 against 3.1 ms a run, 2026-11-30 04:27; not the idle polling
+                # idle a rank): 0.6 against 3.1 ms a run, 2026-11-30 04:27; not the idle polling,
+                # nor blocks sharing SMs (07:00: each block on its own SM)
                 stage probe_big8 120 $PY scripts/probe_big.py --nblocks 8 --sizes 16777216
                 stage probe_big32 120 $PY scripts/probe_big.py --nblocks 32 --sizes 16777216 ;;
     probe_host_path) # the host's share of a run: pydfccl's Python against an echo daemon (CPU)
@@ -80,7 +81,8 @@ for s in $stages; do
     probe)      stage probe 60 $PY scripts/probe_timer.py ;;
     probe_host) stage probe_host 60 $PY scripts/probe_host.py ;;
     probe_latency) stage probe_latency 90 $PY scripts/probe_latency.py ;;
-    probe_latency8) # the same with 8 ranks: where bench8's 450 us go (2026-11-30: not known)
+    probe_latency8) # the same with 8 ranks (2026-11-30 07:05: the ranks took the run over 54 us,
+                # one run() after another, then 15 ring steps of about 4.6 us)
                 stage probe_latency8 90 $PY scripts/probe_latency.py 1000 8 ;;
     probe_memory) stage probe_memory 60 $PY scripts/probe_memory.py ;;
     probe_step) stage probe_step 60 $PY scripts/probe_step.py ;;

@@ -502,9 +502,11 @@ def main(argv: list[str]) -> int:
         for mode in modes:              # or the device over a long run reaches them alike
             rows = run_sweep(opts, mode, args.backend, driver)
             cycles[mode].append(rows)
-            if args.cycles > 1:
+            if args.cycles > 1:     # a line a cycle: a run cut off before the end (a
+                #                         time limit) still leaves every size's time
                 print(f"# cycle {cycle + 1}/{args.cycles}, {mode}: Avg bus bandwidth    : "
-                      f"{np.mean([r['busbw'] for r in rows]):.3f} GB/s", flush=True)
+                      f"{np.mean([r['busbw'] for r in rows]):.3f} GB/s; time(us) by size(B): "
+                      + " ".join(f"{r['size']}:{r['time_us']:.1f}" for r in rows), flush=True)
             else:       # each table as soon as it is measured: a long sweep shows progress
                 print_table(rows, cycles["daemon"][0])
     results = {mode: median_rows(runs) for mode, runs in cycles.items()}

@@ -243,6 +243,8 @@ def test_bench_cycles_alternate_the_modes_and_report_each_sizes_median(monkeypat
     out = capsys.readouterr()
     assert "bench: 2 wrong elements" in out.err
     assert "median of 3 cycles" in out.out and "min(us)" in out.out
+    assert "# cycle 2/3, daemon: Avg bus bandwidth" in out.out     # each cycle's own times
+    assert "time(us) by size(B): 8:1000.0" in out.out and "8:6000.0" in out.out
     assert "2.50" in out.out                              # nccl's 5 ms over the daemon's 2
     # paired within each cycle: 5/3, 6/1 and 4/2, of which the median is 2
     assert rows["nccl"]["x_daemon_paired"] == 2.0 and "x paired" in out.out

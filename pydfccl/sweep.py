@@ -502,8 +502,9 @@ def main(argv: list[str]) -> int:
         for mode in modes:              # or the device over a long run reaches them alike
             rows = run_sweep(opts, mode, args.backend, driver)
             cycles[mode].append(rows)
-            if args.cycles > 1:     # a line a cycle: a run cut off before the end (a
-                #                         time limit) still leaves every size's time
+            if args.cycles > 1:
+                # a line a cycle, with every size's time: a sweep cut off by a time limit
+                # still leaves its figures
                 print(f"# cycle {cycle + 1}/{args.cycles}, {mode}: Avg bus bandwidth    : "
                       f"{np.mean([r['busbw'] for r in rows]):.3f} GB/s; time(us) by size(B): "
                       + " ".join(f"{r['size']}:{r['time_us']:.1f}" for r in rows), flush=True)

@@ -257,9 +257,10 @@ def runs_in_flight(comm, ncolls: int, runs: int, count: int):
     pool = comm.world.pools[comm.rank]
     sq_seen = int(pool.read(L.P_SQ_SEEN, 8).view(np.int64)[0])
     fields = ("coll", "send", "recv", "priority")
-    copies = pool.read(L.P_SQ_COPY, sq_seen * L.SQ_COPY_SIZE).view(L.SQ_COPY)
-    copied = [[int(e[f]) for f in fields] for e in copies]
-    submitted = [[int(comm._sq[f][k]) for f in fields] for k in range(sq_seen)]
+    copies = pool.read(L.P_SQ_COPY, L.SQ_CAP * L.SQ_COPY_SIZE).view(L.SQ_COPY)
+    kept = range(max(0, sq_seen - L.SQ_CAP), sq_seen)    # both rings hold the last SQ_CAP
+    copied = [[int(copies[k % L.SQ_CAP][f]) for f in fields] for k in kept]
+    submitted = [[int(comm._sq[f][k % L.SQ_CAP]) for f in fields] for k in kept]
     return dict(results=results, salt=salt, submitted_at_once=submitted_at_once,
                 stats=comm.stats(), sq_seen=sq_seen, copied=copied, submitted=submitted)
 

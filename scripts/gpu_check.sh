@@ -45,6 +45,14 @@ for s in $stages; do
                 # (a cycle of 200 runs a size took about 50 s on 2026-11-30, so the limit grows
                 # with CYCLES: at a fixed 300 s, CYCLES=9 was cut off at 07:12 with no table)
                 stage sweep4_policy $(( ${CYCLES:-1} > 4 ? 60 + 55 * ${CYCLES:-1} : 300 )) $PY -m pydfccl bench --nranks 4 -b 8 -e 268435456 -f 16 -n ${SWEEP_ITERS:-10} -N ${CYCLES:-1} -w 2 --baseline nccl --no-progress --csv "$LOGS/sweep4_policy.csv" ;;
+    policy_small) # the 97% target below 1 MiB, where one size's cycles spread most: more
+                # cycles of more runs, no HBM table (it needs no check at these sizes)
+                stage policy_small 240 $PY -m pydfccl bench --nranks 4 -b 8 -e 524288 -f 16 -n 500 -N ${CYCLES:-11} -w 5 --baseline nccl --no-hbm --no-progress ;;
+    policy_8m)  # the 97% target at 8 MiB for dfccl's first wait budget (BASE, ns; 20000 is
+                # the default): do preemptions of in-order work cost the few percent?
+                for b in ${BASES:-20000 100000}; do
+                  stage policy_8m_$b 150 $PY -m pydfccl bench --nranks 4 -b 8388608 -e 8388608 -n 200 -N ${CYCLES:-9} -w 5 --baseline nccl --param BASE=$b --no-hbm --no-progress
+                done ;;
     sweep2_gpus) # two GPUs (device kind nvidia-h200-x2): a rank process per GPU, beside NCCL
                 # itself through torch.distributed in the same run
                 stage sweep2_gpus 300 env PYDFCCL_BACKEND=processes $PY -m pydfccl bench --nranks 2 -b 8 -e 268435456 -f 8 -n 10 -w 2 --baseline torch --no-progress --csv "$LOGS/sweep2_gpus.csv" ;;

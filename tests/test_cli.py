@@ -40,6 +40,27 @@ def test_bench_latency_of_many_collectives_at_once(capsys):
     assert "18 all-reduces submitted together" in out and "kernel launch per call" in out
 
 
+def test_bench_inputs_repeat_their_pattern_and_expected_outputs_are_shared():
+    """The sweep's inputs are (i + rank) % 3 + 1, built by repeating a block (fast at
+    hundreds of MiB); the expected output of a kind every rank shares is computed once."""
+    import numpy as np
+
+    from pydfccl import sweep
+
+    for elems in (0, 1, 5, 3 << 12, (3 << 12) + 1, 40_000):
+        for rank in range(4):
+            got = sweep._input(rank, elems, "int8")
+            assert got.dtype == np.int8
+            assert np.array_equal(got, (np.arange(elems) + rank) % 3 + 1)
+    opts = sweep.SweepOptions(coll="all_reduce", nranks=3)
+    sweep._expected.cache_clear()
+    for rank in range(3):
+        comm = type("Comm", (), dict(rank=rank, nranks=3))()
+        buffers = (None, sweep._input(0, 10, "float32") * 0 + 6)   # 1 + 2 + 3 everywhere
+        assert sweep._wrong(comm, opts, 10, buffers) == 0
+    assert sweep._expected.cache_info().misses == 1
+
+
 def test_bench_sweeps_sizes_in_nccl_tests_form(tmp_path, capsys):
     import json
 

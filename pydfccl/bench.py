@@ -20,6 +20,7 @@ import numpy as np
 
 from . import platform
 from .errors import PydfcclError
+from .gcpause import gc_paused
 from .group import close_all, init_all, start_all
 from .launch import BACKENDS, launch
 from .sched.policies import policy_names
@@ -54,16 +55,17 @@ def latency_worker(comm, iters: int, warmup: int, count: int, dtype: str,
     comm.start()
     times = np.empty(iters)
     submit = np.empty(iters)
-    for i in range(warmup + iters):
-        t0 = time.perf_counter()
-        futures = [comm.run(k, x, y) for k, (x, y) in enumerate(pairs)]
-        t1 = time.perf_counter()
-        for future in futures:
-            future.result(timeout=60)
-        t2 = time.perf_counter()
-        if i >= warmup:
-            times[i - warmup] = t2 - t0
-            submit[i - warmup] = (t1 - t0) / colls
+    with gc_paused():
+        for i in range(warmup + iters):
+            t0 = time.perf_counter()
+            futures = [comm.run(k, x, y) for k, (x, y) in enumerate(pairs)]
+            t1 = time.perf_counter()
+            for future in futures:
+                future.result(timeout=60)
+            t2 = time.perf_counter()
+            if i >= warmup:
+                times[i - warmup] = t2 - t0
+                submit[i - warmup] = (t1 - t0) / colls
     for _, y in pairs:
         _check(y, comm.rank, comm.nranks, count, dtype)
     return dict(times_us=times * 1e6, submit_us=submit * 1e6, stats=comm.stats())
@@ -79,15 +81,16 @@ def one_thread_latency(nranks: int, iters: int, warmup: int, count: int, dtype: 
         start_all(comms)
         runs = group_order(comms, pairs)
         times, submit = np.empty(iters), np.empty(iters)
-        for i in range(warmup + iters):
-            t0 = time.perf_counter()
-            futures = [comm.run(k, x, y) for comm, k, x, y in runs]
-            t1 = time.perf_counter()
-            for future in futures:
-                future.result(timeout=60)
-            if i >= warmup:
-                times[i - warmup] = time.perf_counter() - t0
-                submit[i - warmup] = (t1 - t0) / len(runs)
+        with gc_paused():
+            for i in range(warmup + iters):
+                t0 = time.perf_counter()
+                futures = [comm.run(k, x, y) for comm, k, x, y in runs]
+                t1 = time.perf_counter()
+                for future in futures:
+                    future.result(timeout=60)
+                if i >= warmup:
+                    times[i - warmup] = time.perf_counter() - t0
+                    submit[i - warmup] = (t1 - t0) / len(runs)
         for rank, mine in enumerate(pairs):
             for _, y in mine:
                 _check(y, rank, nranks, count, dtype)

@@ -45,6 +45,7 @@ import numpy as np
 
 from . import platform
 from .codes import COLLECTIVE_KINDS, DTYPES, OPS, storage_dtype
+from .gcpause import gc_paused
 from .group import close_all, init_all, start_all
 from .launch import BACKENDS, default_backend, launch
 from .reference import buffer_elems, reference
@@ -130,8 +131,8 @@ def _expected(coll: str, nranks: int, send_elems: int, dtype: str, op: str, root
 def sweep_ranks(comms: list, start, opts: SweepOptions, steps: list) -> list[list[dict]]:
     """The sweep of the ranks in ``comms``, driven by this thread: one rank (a thread or
     process per rank, ``sweep_worker``) or every rank of the world (``init_all``, as
-    nccl-tests' ``-g``). ``start`` starts them. Each size: ``warmup`` runs waited one by
-    one, then ``iters`` runs submitted back to back (every rank's k-th before any rank's
+    nccl-tests' ``-g``). ``start`` starts them. Each size (with the garbage collector
+    paused, ``gcpause``): ``warmup`` runs waited one by one, then ``iters`` runs submitted back to back (every rank's k-th before any rank's
     (k+1)-th) and waited together; the daemon keeps up to RUNS_IN_FLIGHT of them on the
     device (the launch baseline one).
     Every buffer is made and filled before the first run and the results are read after
@@ -149,18 +150,19 @@ def sweep_ranks(comms: list, start, opts: SweepOptions, steps: list) -> list[lis
         from tqdm import tqdm
         bar = tqdm(total=len(steps), desc=f"bench {opts.coll}", unit="size", file=sys.stderr)
     seconds, costs = [], []
-    for i in range(len(steps)):
-        for _ in range(opts.warmup):
-            _wait([comm.run(i, *mine[i]) for comm, mine in zip(comms, buffers)])
-        before = [comm.stats() for comm in comms]
-        t0 = time.perf_counter()
-        _wait([comm.run(i, *mine[i]) for _ in range(opts.iters)
-               for comm, mine in zip(comms, buffers)])
-        seconds.append((time.perf_counter() - t0) / max(1, opts.iters))
-        costs.append([{k: after[k] - was[k] for k in ("preemptions", "launches")}
-                      for was, after in zip(before, (comm.stats() for comm in comms))])
-        if bar:
-            bar.update(1)
+    with gc_paused():
+        for i in range(len(steps)):
+            for _ in range(opts.warmup):
+                _wait([comm.run(i, *mine[i]) for comm, mine in zip(comms, buffers)])
+            before = [comm.stats() for comm in comms]
+            t0 = time.perf_counter()
+            _wait([comm.run(i, *mine[i]) for _ in range(opts.iters)
+                   for comm, mine in zip(comms, buffers)])
+            seconds.append((time.perf_counter() - t0) / max(1, opts.iters))
+            costs.append([{k: after[k] - was[k] for k in ("preemptions", "launches")}
+                          for was, after in zip(before, (comm.stats() for comm in comms))])
+            if bar:
+                bar.update(1)
     if bar:
         bar.close()
     return [[dict(size=nbytes, count=count, seconds=seconds[i],

@@ -41,10 +41,15 @@ for s in $stages; do
     sweep4)     # nccl-tests-style sizes, 8 B to 256 MiB on 4 ranks, with both baselines
                 stage sweep4 300 $PY -m pydfccl bench --nranks 4 -b 8 -e 268435456 -f 4 --baseline both --no-progress --csv "$LOGS/sweep4.csv" ;;
     sweep4_policy) # issue 5's preemption cost: dfccl against the nccl policy (no preemption)
-                # on in-order work, 8 B to 128 MiB by 16x, in one run
-                # (a cycle of 200 runs a size took about 50 s on 2026-11-30, so the limit grows
-                # with CYCLES: at a fixed 300 s, CYCLES=9 was cut off at 07:12 with no table)
-                stage sweep4_policy $(( ${CYCLES:-1} > 4 ? 60 + 55 * ${CYCLES:-1} : 300 )) $PY -m pydfccl bench --nranks 4 -b 8 -e 268435456 -f 16 -n ${SWEEP_ITERS:-10} -N ${CYCLES:-1} -w 2 --baseline nccl --no-progress --csv "$LOGS/sweep4_policy.csv" ;;
+                # on in-order work, 8 B to 128 MiB by 16x, in one run; BASES="default 100000"
+                # adds runs with dfccl's first wait budget (BASE, ns) set. A cycle of 200 runs
+                # a size took about 5 s at 09:20 on 2026-11-30 (50 s before the sweep's check
+                # stopped recomputing its 128 MiB inputs for every rank), so the limit grows
+                # with CYCLES
+                for b in ${BASES:-default}; do
+                  if [ "$b" = default ]; then name=sweep4_policy param=""; else name=sweep4_policy_$b param="--param BASE=$b"; fi
+                  stage $name $(( 120 + 15 * ${CYCLES:-1} )) $PY -m pydfccl bench --nranks 4 -b 8 -e 268435456 -f 16 -n ${SWEEP_ITERS:-10} -N ${CYCLES:-1} -w 2 --baseline nccl $param --no-progress --csv "$LOGS/$name.csv"
+                done ;;
     policy_small) # the 97% target below 1 MiB, where one size's cycles spread most: more
                 # cycles of more runs, no HBM table (it needs no check at these sizes)
                 stage policy_small 240 $PY -m pydfccl bench --nranks 4 -b 8 -e 524288 -f 16 -n 500 -N ${CYCLES:-11} -w 5 --baseline nccl --no-hbm --no-progress ;;

@@ -90,6 +90,10 @@ for s in $stages; do
                 stage probe_big32 120 $PY scripts/probe_big.py --nblocks 32 --sizes 16777216 ;;
     probe_host_path) # the host's share of a run: pydfccl's Python against an echo daemon (CPU)
                 stage probe_host_path 120 env NUMBA_ENABLE_CUDASIM=1 $PY scripts/probe_host_path.py ;;
+    probe_host_profile) # the same under cProfile: where the host's microseconds go
+                stage probe_host_profile 120 env NUMBA_ENABLE_CUDASIM=1 PROBE_SORT=tottime $PY scripts/probe_host_path.py --iters 20000 --profile ;;
+    probe_host_knobs) # the 2-rank latency under settings of the poller and the event-log copier
+                stage probe_host_knobs 240 $PY scripts/probe_host_knobs.py 3000 5 ;;
     movers)     stage movers 120 $PY scripts/probe_movers.py ;;
     probe)      stage probe 60 $PY scripts/probe_timer.py ;;
     probe_host) stage probe_host 60 $PY scripts/probe_host.py ;;

@@ -807,7 +807,10 @@ class Communicator:
                     seen = wait_for_stamp(*self._next_stamp(), SPINS_PER_CALL)
         finally:
             self._helpers -= 1
-            self._helped_at = time.perf_counter()
+            if future.done():   # it drained for itself and is likely back for the next one;
+                #                 a thread that gave up waits for the poller, which must not
+                #                 take it for a helper and sleep
+                self._helped_at = time.perf_counter()
 
     def _drain_cq(self) -> int:
         """Complete the futures of new CQ entries; any host thread may call it."""

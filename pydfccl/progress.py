@@ -9,9 +9,9 @@ each communicator's watchdog. It touches host memory only, never the device: a d
 can wait behind the application's streams (on the H200 under MPS, behind a torch stream
 gated on a collective that only this thread could complete). The daemons' event logs are
 copied from the device by a thread of their own (``_drain_traces``), before a ring wraps.
-It leaves the GIL alone while a rank thread is itself waiting in ``Future.result()`` (that
-thread drains its own CQ), and sleeps on a condition (50 ms at a time) when nothing is
-outstanding. Every turn it refreshes each communicator's heartbeat in the shared control
+It leaves the GIL alone (but for a turn every millisecond) while every busy communicator
+has a thread waiting in ``Future.result()``, which drains that CQ itself, and watches only
+the others' stamps; it sleeps on a condition (50 ms at a time) when nothing is outstanding. Every turn it refreshes each communicator's heartbeat in the shared control
 rows: a peer whose heartbeat stops is reported as a failed rank (``watchdog.silent_ranks``).
 """
 
@@ -27,12 +27,23 @@ from .hostspin import SPINS_PER_CALL, wait_for_any_stamp
 
 __all__ = ["poller"]
 
-SLEEP_WHEN_HELPED = 1e-4     # a rank thread is waiting in result() and drains for itself
-HELPED_RECENTLY = 1e-3       # ... or was, this recently: it is likely back soon
+# Every busy communicator has a thread waiting in result() that drains for itself, or had
+# one this recently (it is likely back soon): the poller then only beats and watches, every
+# SLEEP_WHEN_HELPED. Each of its turns takes the GIL for microseconds; at 100 us, the 2-rank
+# 8-byte latency from one thread was 81.9 us, at 1 ms 56.7 us (H200 host, 2026-11-30 09:11,
+# scripts/probe_host_knobs.py).
+SLEEP_WHEN_HELPED = 1e-3
+HELPED_RECENTLY = 1e-3
 SLEEP_WHEN_QUIET = 2e-6      # simulator: no spinning, short sleeps
 QUIET_LOOKS = 2000           # then 100 us between looks
 SPIN_ROUNDS = 500            # GPU: rounds of watching (about 10 ms) before sleeping instead
 TRACE_DRAIN_SECONDS = 0.01   # before a busy block's event ring (4096 records) wraps
+
+
+def unhelped_comms(busy: list, now_s: float) -> list:
+    """The communicators of ``busy`` that no thread waiting in ``result()`` drains now, nor
+    did within HELPED_RECENTLY (``now_s``: ``time.perf_counter()``): the poller's to watch."""
+    return [c for c in busy if not c._helpers and now_s - c._helped_at >= HELPED_RECENTLY]
 
 
 class Poller:
@@ -88,11 +99,11 @@ class Poller:
                 quiet = 0
                 continue
             quiet += 1
-            if any(c._helpers or time.perf_counter() - c._helped_at < HELPED_RECENTLY
-                   for c in busy):
+            unhelped = unhelped_comms(busy, time.perf_counter())
+            if not unhelped:
                 time.sleep(SLEEP_WHEN_HELPED)
             elif platform.WAIT_SPIN_SECONDS > 0 and quiet < SPIN_ROUNDS:
-                addrs, wants = zip(*(c._next_stamp() for c in busy))
+                addrs, wants = zip(*(c._next_stamp() for c in unhelped))
                 wait_for_any_stamp(np.array(addrs, np.int64), np.array(wants, np.int64),
                                    SPINS_PER_CALL)
             else:

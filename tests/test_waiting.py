@@ -79,3 +79,24 @@ def test_a_waiter_whose_stamp_another_thread_drains_sleeps_on_the_future(sleeps)
     # it slept on the future once the stamp was there (1 ms at a time) instead of spinning
     assert sleeps and all(t == 1e-3 for t in sleeps)
     assert time.perf_counter() - t0 < 1.0
+
+
+def test_only_a_waiter_that_saw_its_future_done_counts_as_a_helper(sleeps, monkeypatch):
+    """The poller sleeps while every busy communicator has, or just had, a thread draining
+    for itself; a thread that gave up waiting (its spin budget over) waits for the poller,
+    so it must not count as one."""
+    from pydfccl import progress
+
+    gave_up = StandIn(drain_held_elsewhere=False)
+    monkeypatch.setattr(communicator.CollectiveFuture, "SPIN_SECONDS", 0.01)
+    gave_up._help_until_done(gave_up.future, None)       # no stamp comes
+    assert not gave_up.future.done() and gave_up._helped_at == 0.0
+    helped = StandIn(drain_held_elsewhere=False)
+    _after(0.002, lambda: helped.stamp.__setitem__(0, 1))
+    helped._help_until_done(helped.future, None)
+    assert helped.future.done() and helped._helped_at > 0
+    now = time.perf_counter()
+    assert progress.unhelped_comms([gave_up, helped], now) == [gave_up]
+    assert progress.unhelped_comms([helped], now + progress.HELPED_RECENTLY) == [helped]
+    helped._helpers = 1        # a thread is waiting on it right now
+    assert progress.unhelped_comms([helped], now + 10) == []

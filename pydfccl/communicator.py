@@ -731,11 +731,15 @@ class Communicator:
 
     def _poll_once(self) -> bool:
         """Complete what the CQ holds, else look for an abort or a stall; True if any
-        future completed. A failure here fails this rank's futures, not the poller."""
+        future completed. A failure here fails this rank's futures, not the poller. A CQ
+        that a thread waiting in ``result()`` drains is left to it: taken from under it,
+        that thread would find the drain held and sleep on its future until woken (a
+        thread hand-off; the H200 host's profile of 09:02 on 2026-11-30 had one in every
+        second run of ``probe_host_path``)."""
         try:
             if self._unconfirmed and self._confirm_late():
                 return True
-            if self._drain_cq():
+            if not self._helpers and self._drain_cq():
                 return True
             if self._row["abort"][0]:
                 if self._state == "started":    # a peer's watchdog, or a failed rank
@@ -785,8 +789,9 @@ class Communicator:
     def _help_until_done(self, future, timeout) -> None:
         """Drain the CQ from the calling thread until ``future`` is done (or a short while).
         The thread watches the next stamp without the GIL and drains as soon as it is there.
-        Only a stamp that is there but that this thread could not drain (another thread,
-        the poller, holds the drain) makes it sleep on the future, rather than spin against
+        Only a stamp that is there but that this thread could not drain (another thread
+        waiting on this communicator holds the drain; the poller leaves it to them) makes
+        it sleep on the future, rather than spin against
         that thread for the GIL. Until 2026-11-30 a stamp seen by its own watch put it to
         sleep too, so every completion waited for the poller's next turn (up to 100 us,
         ``progress.SLEEP_WHEN_HELPED``)."""

@@ -100,3 +100,29 @@ def test_only_a_waiter_that_saw_its_future_done_counts_as_a_helper(sleeps, monke
     assert progress.unhelped_comms([helped], now + progress.HELPED_RECENTLY) == [helped]
     helped._helpers = 1        # a thread is waiting on it right now
     assert progress.unhelped_comms([helped], now + 10) == []
+
+
+def test_the_poller_leaves_a_cq_to_the_thread_draining_it():
+    """Taken from under a thread waiting in ``result()``, a completion would make that
+    thread sleep on its future until woken (a thread hand-off)."""
+
+    class PolledStandIn:
+        _poll_once = communicator.Communicator._poll_once
+        _unconfirmed: dict = {}
+        _row = {"abort": [0]}
+        _state = "started"
+        _watchdog = type("Quiet", (), {"check": staticmethod(lambda: False)})()
+
+        def __init__(self):
+            self._helpers = 0
+            self.drains = 0
+
+        def _drain_cq(self) -> int:
+            self.drains += 1
+            return 1
+
+    comm = PolledStandIn()
+    comm._helpers = 1
+    assert comm._poll_once() is False and comm.drains == 0
+    comm._helpers = 0
+    assert comm._poll_once() is True and comm.drains == 1

@@ -733,9 +733,8 @@ class Communicator:
         """Complete what the CQ holds, else look for an abort or a stall; True if any
         future completed. A failure here fails this rank's futures, not the poller. A CQ
         that a thread waiting in ``result()`` drains is left to it: taken from under it,
-        that thread would find the drain held and sleep on its future until woken (a
-        thread hand-off; the H200 host's profile of 09:02 on 2026-11-30 had one in every
-        second run of ``probe_host_path``)."""
+        that thread would find the drain held and sleep on its future until woken, a
+        thread hand-off that costs tens of microseconds."""
         try:
             if self._unconfirmed and self._confirm_late():
                 return True

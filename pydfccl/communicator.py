@@ -790,10 +790,10 @@ class Communicator:
         The thread watches the next stamp without the GIL and drains as soon as it is there.
         Only a stamp that is there but that this thread could not drain (another thread
         waiting on this communicator holds the drain; the poller leaves it to them) makes
-        it sleep on the future, rather than spin against
-        that thread for the GIL. Until 2026-11-30 a stamp seen by its own watch put it to
-        sleep too, so every completion waited for the poller's next turn (up to 100 us,
-        ``progress.SLEEP_WHEN_HELPED``)."""
+        it sleep on the future, rather than spin against that thread for the GIL. Until
+        2026-11-30 a stamp seen by its own watch put it to sleep too, so every completion
+        waited for the poller's next turn (up to 100 us, ``progress.SLEEP_WHEN_HELPED``
+        then)."""
         if future.done() or self._state != "started":
             return
         spin = CollectiveFuture.SPIN_SECONDS

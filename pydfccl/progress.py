@@ -11,7 +11,8 @@ gated on a collective that only this thread could complete). The daemons' event 
 copied from the device by a thread of their own (``_drain_traces``), before a ring wraps.
 It leaves the GIL alone (but for a turn every millisecond) while every busy communicator
 has a thread waiting in ``Future.result()``, which drains that CQ itself, and watches only
-the others' stamps; it sleeps on a condition (50 ms at a time) when nothing is outstanding. Every turn it refreshes each communicator's heartbeat in the shared control
+the others' stamps; it sleeps on a condition (50 ms at a time) when nothing is
+outstanding. Every turn it refreshes each communicator's heartbeat in the shared control
 rows: a peer whose heartbeat stops is reported as a failed rank (``watchdog.silent_ranks``).
 """
 
@@ -29,9 +30,9 @@ __all__ = ["poller"]
 
 # Every busy communicator has a thread waiting in result() that drains for itself, or had
 # one this recently (it is likely back soon): the poller then only beats and watches, every
-# SLEEP_WHEN_HELPED. Each of its turns takes the GIL for microseconds; at 100 us, the 2-rank
-# 8-byte latency from one thread was 81.9 us, at 1 ms 56.7 us (H200 host, 2026-11-30 09:11,
-# scripts/probe_host_knobs.py).
+# SLEEP_WHEN_HELPED. Each of its turns takes the GIL for microseconds; at 100 us the 2-rank
+# 8-byte latency from one thread was 66.4 us, at 1 ms 54.7 us (H200, 2026-11-30 09:23,
+# scripts/probe_host_knobs.py; 81.9 against 56.7 at 09:09).
 SLEEP_WHEN_HELPED = 1e-3
 HELPED_RECENTLY = 1e-3
 SLEEP_WHEN_QUIET = 2e-6      # simulator: no spinning, short sleeps

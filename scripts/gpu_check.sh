@@ -42,13 +42,14 @@ for s in $stages; do
                 stage sweep4 300 $PY -m pydfccl bench --nranks 4 -b 8 -e 268435456 -f 4 --baseline both --no-progress --csv "$LOGS/sweep4.csv" ;;
     sweep4_policy) # issue 5's preemption cost: dfccl against the nccl policy (no preemption)
                 # on in-order work, 8 B to 128 MiB by 16x, in one run; BASES="default 100000"
-                # adds runs with dfccl's first wait budget (BASE, ns) set. A cycle of 200 runs
-                # a size took about 5 s at 09:20 on 2026-11-30 (50 s before the sweep's check
-                # stopped recomputing its 128 MiB inputs for every rank), so the limit grows
-                # with CYCLES
+                # adds runs with dfccl's first wait budget (BASE, ns) set. 21 cycles of 200
+                # runs by default: 5 cycles left the median within the host's noise of the
+                # 97% line (2026-11-30, 07:01 to 09:04). A cycle took about 5 s at 09:04
+                # (50 s before the sweep's check stopped rebuilding its 128 MiB inputs for
+                # every rank), so the limit grows with CYCLES
                 for b in ${BASES:-default}; do
                   if [ "$b" = default ]; then name=sweep4_policy param=""; else name=sweep4_policy_$b param="--param BASE=$b"; fi
-                  stage $name $(( 120 + 15 * ${CYCLES:-1} )) $PY -m pydfccl bench --nranks 4 -b 8 -e 268435456 -f 16 -n ${SWEEP_ITERS:-10} -N ${CYCLES:-1} -w 2 --baseline nccl $param --no-progress --csv "$LOGS/$name.csv"
+                  stage $name $(( 120 + 15 * ${CYCLES:-21} )) $PY -m pydfccl bench --nranks 4 -b 8 -e 268435456 -f 16 -n ${SWEEP_ITERS:-200} -N ${CYCLES:-21} -w 2 --baseline nccl $param --no-progress --csv "$LOGS/$name.csv"
                 done ;;
     policy_small) # the 97% target below 1 MiB, where one size's cycles spread most: more
                 # cycles of more runs, no HBM table (it needs no check at these sizes)

@@ -133,8 +133,8 @@ def sweep_ranks(comms: list, start, opts: SweepOptions, steps: list) -> list[lis
     process per rank, ``sweep_worker``) or every rank of the world (``init_all``, as
     nccl-tests' ``-g``). ``start`` starts them. Each size (with the garbage collector
     paused, ``gcpause``): ``warmup`` runs waited one by one, then ``iters`` runs submitted
-    back to back (every rank's k-th before any rank's (k+1)-th) and waited together; the daemon keeps up to RUNS_IN_FLIGHT of them on the
-    device (the launch baseline one).
+    back to back (every rank's k-th before any rank's (k+1)-th) and waited together; the
+    daemon keeps up to RUNS_IN_FLIGHT of them on the device (the launch baseline one).
     Every buffer is made and filled before the first run and the results are read after
     the last: a copy made while a peer's kernel waits for this rank can wait behind it,
     which the launch-per-collective baseline, like NCCL, does not survive (H200,

@@ -84,6 +84,16 @@ class CollectiveFuture(Future):
         super().__init__()
         self._comm = comm
         self.has_callbacks = False   # a callback may free device memory where it runs
+        self.finished = False        # set before the result: a waiting thread reads it
+        #                              without done()'s lock
+
+    def set_result(self, result):
+        self.finished = True
+        super().set_result(result)
+
+    def set_exception(self, exception):
+        self.finished = True
+        super().set_exception(exception)
 
     def add_done_callback(self, fn):
         self.has_callbacks = True
@@ -140,6 +150,7 @@ class Communicator:
         self._state = "preparing"
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
+        self._wake_waiters = 0      # threads in _wait_wake: run() notifies only when some wait
         # by collective index: its runs in the SQ, not yet completed, oldest first (at most
         # RUNS_IN_FLIGHT), and the runs held on the host behind them
         self._inflight = collections.defaultdict(collections.deque)
@@ -367,7 +378,8 @@ class Communicator:
                 waiting.append((future, send_addr, recv_addr, prio, (send, recv)))
             else:
                 self._submit(index, future, send_addr, recv_addr, prio, (send, recv))
-            self._wake.notify_all()
+            if self._wake_waiters:
+                self._wake.notify_all()
         poller.wake()
         if not self.persistent:
             self._launch_once()
@@ -531,14 +543,14 @@ class Communicator:
                 while (self._outstanding() and not self._launch_on_stream()
                        and self._error is None and self._state == "started"
                        and not self._row["abort"][0]):
-                    self._wake.wait(0.01)
+                    self._wait_wake(0.01)
                 generation = self._launches
             if not platform.SIMULATOR:
                 platform.synchronize_device()
             else:
                 with self._lock:
                     while self._launch_running and self._launches == generation:
-                        self._wake.wait(0.01)
+                        self._wait_wake(0.01)
         finally:
             self._row["host_blocked"] = 0
         if self._row["abort"][0] and self._state == "started":
@@ -662,7 +674,7 @@ class Communicator:
                                 and (pause == 0 or self._world_activity() != activity
                                      or time.perf_counter() - paused_at >= pause)):
                             break
-                        self._wake.wait(min(pause, 2e-4) if pause else 0.05)
+                        self._wait_wake(min(pause, 2e-4) if pause else 0.05)
                     if self._state != "started" or self._row["abort"][0]:
                         return
                     # start_daemon queued a launch (and the loop waited while it was being
@@ -704,6 +716,16 @@ class Communicator:
                              f"stuck, pause {pause * 1e3:.1f} ms" if pause else "progressed")
         except Exception as exc:  # a launch failure must fail the futures, not vanish
             self._set_error(PydfcclError(f"rank {self.rank}: daemon launch failed: {exc!r}"))
+
+    def _wait_wake(self, timeout: float) -> None:
+        """Wait on ``_wake`` (caller holds the lock), counted: ``run()`` notifies only when a
+        thread waits, which saves every run a notify (a lock round trip) while the daemon is
+        up and nobody waits."""
+        self._wake_waiters += 1
+        try:
+            self._wake.wait(timeout)
+        finally:
+            self._wake_waiters -= 1
 
     def _abort_error(self) -> Exception:
         report = self.world.get_report() or f"rank {self.rank}: aborted"
@@ -794,14 +816,14 @@ class Communicator:
         2026-11-30 a stamp seen by its own watch put it to sleep too, so every completion
         waited for the poller's next turn (up to 100 us, ``progress.SLEEP_WHEN_HELPED``
         then)."""
-        if future.done() or self._state != "started":
+        if future.finished or self._state != "started":
             return
         spin = CollectiveFuture.SPIN_SECONDS
         end = time.perf_counter() + (spin if timeout is None else min(spin, timeout))
         self._helpers += 1
         try:
             seen = False       # the stamp was there at this thread's last look
-            while not future.done() and time.perf_counter() < end:
+            while not future.finished and time.perf_counter() < end:
                 if self._drain_cq():
                     seen = False
                 elif seen:     # there, yet not drained here: another thread drains it
@@ -811,7 +833,7 @@ class Communicator:
                     seen = wait_for_stamp(*self._next_stamp(), SPINS_PER_CALL)
         finally:
             self._helpers -= 1
-            if future.done():   # it drained for itself and is likely back for the next one;
+            if future.finished:   # it drained for itself and is likely back for the next one;
                 #                 a thread that gave up waits for the poller, which must not
                 #                 take it for a helper and sleep
                 self._helped_at = time.perf_counter()

@@ -4,8 +4,6 @@ a thread of the test writes (under the simulator the real one does not spin at a
 
 import threading
 import time
-from concurrent.futures import Future
-
 import numpy as np
 import pytest
 
@@ -23,7 +21,7 @@ class StandIn:
         self._helpers = 0
         self._helped_at = 0.0
         self.stamp = np.zeros(1, np.int64)
-        self.future = Future()
+        self.future = communicator.CollectiveFuture(self)
         self.held_elsewhere = drain_held_elsewhere
         self.drained_by = []
 
@@ -126,3 +124,45 @@ def test_the_poller_leaves_a_cq_to_the_thread_draining_it():
     assert comm._poll_once() is False and comm.drains == 0
     comm._helpers = 0
     assert comm._poll_once() is True and comm.drains == 1
+
+
+def test_a_done_callback_that_asks_for_the_result_gets_it_at_once(sleeps):
+    """The waiting thread reads the future's ``finished`` flag, which is set before the
+    result; a callback, run inside ``set_result``, must not wait for anything."""
+    comm = StandIn(drain_held_elsewhere=False)
+    seen = []
+    comm.future.add_done_callback(lambda f: seen.append(f.result()))
+    comm.stamp[0] = 1
+    t0 = time.perf_counter()
+    assert comm.future.result() == "done"
+    assert seen == ["done"] and comm.future.finished
+    assert time.perf_counter() - t0 < 0.5 and sleeps == []
+
+
+def test_wait_wake_counts_its_waiters():
+    """``run()`` skips the notify of ``_wake`` unless ``_wait_wake`` counts a waiter, so
+    the count must be up for exactly as long as a thread waits."""
+    comm = type("Waker", (), {"_wait_wake": communicator.Communicator._wait_wake})()
+    comm._lock = threading.Lock()
+    comm._wake = threading.Condition(comm._lock)
+    comm._wake_waiters = 0
+    counts = []
+
+    def waiter():
+        with comm._lock:
+            comm._wait_wake(5.0)
+            counts.append(comm._wake_waiters)
+
+    thread = threading.Thread(target=waiter)
+    t0 = time.perf_counter()
+    thread.start()
+    deadline = time.perf_counter() + 5
+    while time.perf_counter() < deadline:
+        with comm._lock:
+            if comm._wake_waiters == 1:
+                comm._wake.notify_all()
+                break
+        time.sleep(1e-3)
+    thread.join(5)
+    assert counts == [0]        # counted while it waited, uncounted once woken
+    assert time.perf_counter() - t0 < 2.5    # by the notify, not its 5 s timeout

@@ -34,6 +34,7 @@ from .buffers import BufferChecker, dropped_by_user
 from .codes import (OUT_OF_PLACE_ONLY, POINT_TO_POINT, dtype_code, kind_code,
                     normalize_dtype, op_code)
 from .hostspin import SPINS_PER_CALL, wait_for_stamp
+from .kernels.ring import channel_count
 from .progress import poller
 from .errors import AbortedError, DeadlockError, PydfcclError
 from .log import logger
@@ -267,11 +268,10 @@ class Communicator:
         ``conn`` on."""
         cfg = self.world.config
         itemsize = np.dtype(spec.dtype).itemsize
-        loop_elems = (cfg.slot_bytes // itemsize) * (self.nranks if spec.kind == "all_reduce"
-                                                     else 1)
+        nchannels = channel_count(spec.kind == "all_reduce", spec.count, itemsize, self.nranks,
+                                  cfg.nblocks, cfg.slot_bytes)
         return (kind_code(spec.kind), dtype_code(spec.dtype), op_code(spec.op), spec.count,
-                spec.root, max(1, min(cfg.nblocks, -(-spec.count // loop_elems))), itemsize,
-                conn)
+                spec.root, nchannels, itemsize, conn)
 
     def _prepare_late(self, spec: CollSpec) -> None:
         """Place ``spec``, write its table entry (the daemon reads it at the first run,

@@ -28,6 +28,7 @@ from functools import lru_cache
 from . import platform
 from .codes import COLLECTIVE_KINDS, KINDS
 from .kernels.primitives import F_RECV, F_SEND, F_USER_IN, F_USER_OUT
+from .kernels.ring import channel_count
 
 __all__ = ["rank_traffic", "hbm_bytes", "all_reduce_hbm_bytes", "copy_bandwidth",
            "copy_bandwidths", "host_function"]
@@ -87,7 +88,8 @@ def rank_traffic(kind: str, rank: int, nranks: int, count: int, itemsize: int = 
     nblocks, slot_bytes = _world_sizes(nranks, nblocks, slot_bytes)
     slot_elems = slot_bytes // itemsize
     loop_size = loop_elems(code, nranks, slot_elems)
-    nchannels = max(1, min(nblocks, -(-count // loop_size)))     # as _table_entry
+    nchannels = channel_count(kind == "all_reduce", count, itemsize, nranks, nblocks,
+                              slot_bytes)
     steps = steps_per_loop(code, nranks)
 
     def loop_bytes(begin, end, loop):

@@ -62,8 +62,10 @@ def ring_order(kind: str, elems: int, nranks: int, root: int = 0, *, itemsize: i
         cfg = WorldConfig(nranks, simulator=platform.SIMULATOR or not platform.gpu_available())
         nblocks = cfg.nblocks if nblocks is None else nblocks
         slot_bytes = cfg.slot_bytes if slot_bytes is None else slot_bytes
+    from .kernels.ring import channel_count
+
     loop_size = (slot_bytes // itemsize) * nranks
-    nchannels = max(1, min(nblocks, -(-elems // loop_size)))     # as Communicator.start
+    nchannels = channel_count(True, elems, itemsize, nranks, nblocks, slot_bytes)
     per_channel = -(-elems // nchannels)                          # ring.channel_span
     i = np.arange(elems)
     begin = i // per_channel * per_channel

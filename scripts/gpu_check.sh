@@ -51,6 +51,12 @@ for s in $stages; do
                   if [ "$b" = default ]; then name=sweep4_policy param=""; else name=sweep4_policy_$b param="--param BASE=$b"; fi
                   stage $name $(( 120 + 15 * ${CYCLES:-21} )) $PY -m pydfccl bench --nranks 4 -b 8 -e 268435456 -f 16 -n ${SWEEP_ITERS:-200} -N ${CYCLES:-21} -w 2 --baseline nccl $param --no-progress --csv "$LOGS/$name.csv"
                 done ;;
+    sweep4_configs) # 8 B to 256 MiB by 4 on 4 ranks for world sizes (CONFIGS: "default" or
+                # "blocks:slot_bytes"), the daemon alone: how the channel count by size works
+                for c in ${CONFIGS:-default 32:524288}; do
+                  if [ "$c" = default ]; then param=""; else param="--nblocks ${c%%:*} --slot-bytes ${c##*:}"; fi
+                  stage sweep4_${c/:/x} 200 $PY -m pydfccl bench --nranks 4 -b 8 -e 268435456 -f 4 -n 20 -w 3 --baseline none $param --no-progress
+                done ;;
     policy_small) # the 97% target below 1 MiB, where one size's cycles spread most: more
                 # cycles of more runs, no HBM table (it needs no check at these sizes)
                 stage policy_small 240 $PY -m pydfccl bench --nranks 4 -b 8 -e 524288 -f 16 -n 500 -N ${CYCLES:-11} -w 5 --baseline nccl --no-hbm --no-progress ;;
@@ -62,6 +68,11 @@ for s in $stages; do
     sweep2_gpus) # two GPUs (device kind nvidia-h200-x2): a rank process per GPU, beside NCCL
                 # itself through torch.distributed in the same run
                 stage sweep2_gpus 300 env PYDFCCL_BACKEND=processes $PY -m pydfccl bench --nranks 2 -b 8 -e 268435456 -f 8 -n 10 -w 2 --baseline torch --no-progress --csv "$LOGS/sweep2_gpus.csv" ;;
+    sweep2_gpus_big) # the same from 1 MiB with more channels and larger slots
+                # (BIG_CONFIGS="blocks:bytes ..."), as one GPU's 256 MiB target needed
+                for c in ${BIG_CONFIGS:-16:1048576 32:524288}; do
+                  stage sweep2_gpus_${c%%:*}x${c##*:} 200 env PYDFCCL_BACKEND=processes $PY -m pydfccl bench --nranks 2 -b 1048576 -e 268435456 -f 16 -n 10 -w 2 --baseline torch --nblocks ${c%%:*} --slot-bytes ${c##*:} --no-progress
+                done ;;
     train2_gpus) # two GPUs (nvidia-h200-x2): the example with a rank per GPU, data parallel
                 # plus a metrics group; pydfccl trains, NCCL deadlocks and the watchdog exits 3
                 stage train2_gpus_dfccl 150 $PY examples/train_gpt.py --nranks 2 --tp 1 --steps 20 --device cuda --watchdog 30 --timeout 140

@@ -27,7 +27,7 @@ from pydfccl.kernels import numerics as nm
 from pydfccl.kernels.memory import SIMULATOR
 from pydfccl.kernels.plans import plan_step
 from pydfccl.kernels.primitives import F_RECV, F_SEND, F_USER_IN
-from pydfccl.kernels.ring import channel_span
+from pydfccl.kernels.ring import channel_count, channel_span
 from pydfccl.reference import ring_order
 
 assert SIMULATOR
@@ -60,14 +60,20 @@ report["half_round_trip"] = bool(np.array_equal(
 # Who starts each element's reduction, read off the engine's own plans: the rank whose step
 # sends its own input without receiving (SEND_ONLY) for that element.
 KIND = {"all_reduce": 0, "reduce_scatter": 2, "reduce": 4}
+SMALL = (1, 5, 64, 100, 257, 700)
+# (nblocks, slot_bytes, itemsize, counts); the last has slots above ring.MIN_CHANNEL_CHUNK,
+# whose channels hold less than a loop
+SIZES = ((1, 256, 2, SMALL), (3, 64, 2, SMALL), (2, 128, 4, SMALL),
+         (4, 131072, 4, (700, 40000, 100001, 300000)))
 mismatches = []
 for kind in KIND:
     for nranks in (2, 3, 4):
-        for count in (1, 5, 64, 100, 257, 700):
-            for nblocks, slot_bytes, itemsize in ((1, 256, 2), (3, 64, 2), (2, 128, 4)):
+        for nblocks, slot_bytes, itemsize, counts in SIZES:
+            for count in counts:
                 slot = slot_bytes // itemsize
                 loop = slot * (nranks if kind == "all_reduce" else 1)
-                nch = max(1, min(nblocks, -(-count // loop)))
+                nch = channel_count(kind == "all_reduce", count, itemsize, nranks, nblocks,
+                                    slot_bytes)
                 elems = count * (nranks if kind == "reduce_scatter" else 1)
                 root = nranks - 1
                 first = np.full(elems, -1)

@@ -17,7 +17,14 @@ from numba import cuda
 from .primitives import (COPY, RECV, RECV_COPY_SEND, RECV_REDUCE_COPY_SEND,
                          RECV_REDUCE_SEND, SEND)
 
-__all__ = ["ring_step", "chunk_span", "channel_span"]
+__all__ = ["ring_step", "chunk_span", "channel_span", "channel_count", "MIN_CHANNEL_CHUNK"]
+
+# A collective takes another channel (daemon block) only while each channel's steps still
+# move at least this many bytes, or a whole slot when slots are smaller. Channels counted
+# in whole loops (a slot per chunk) left a world of large slots with few busy blocks at
+# middle sizes: 16 MiB on 4 ranks with 32 blocks of 512 KiB slots took 8 of the 32, each
+# moving 512 KiB a step (docs/benchmarks.md, "the 16 MiB anomaly").
+MIN_CHANNEL_CHUNK = 64 * 1024
 
 
 @cuda.jit(device=True)
@@ -35,6 +42,16 @@ def ring_step(rank, nranks, step):
     if step == 2 * nranks - 2:
         return chunk, RECV
     return chunk, RECV_COPY_SEND
+
+
+def channel_count(all_reduce: bool, count: int, itemsize: int, nranks: int, nblocks: int,
+                  slot_bytes: int) -> int:
+    """How many channels a collective of ``count`` elements uses (host side: the table's
+    ``nchannels``, which ``daemon._span`` reads). An all-reduce's channel holds ``nranks``
+    chunks a loop, other kinds' one."""
+    chunk_elems = min(slot_bytes, MIN_CHANNEL_CHUNK) // itemsize
+    least = chunk_elems * (nranks if all_reduce else 1)
+    return max(1, min(nblocks, -(-count // least)))
 
 
 @cuda.jit(device=True)

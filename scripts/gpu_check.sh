@@ -100,6 +100,12 @@ for s in $stages; do
                 # nor blocks sharing SMs (07:00: each block on its own SM)
                 stage probe_big8 120 $PY scripts/probe_big.py --nblocks 8 --sizes 16777216
                 stage probe_big32 120 $PY scripts/probe_big.py --nblocks 32 --sizes 16777216 ;;
+    probe_small32) # small all-reduces with 32 daemon blocks a rank against 4: which block's
+                # taking or completing of a run the CQ waits for; logs in $OUT, summarized
+                for nb in 4 32; do
+                  stage probe_small_${nb} 120 $PY scripts/probe_big.py --nblocks $nb --sizes 8 65536 --policies dfccl --iters 100
+                  stage probe_small_${nb}_summary 60 $PY scripts/probe_big.py --summarize "$OUT/probe_big_dfccl_${nb}ch.json.gz"
+                done ;;
     probe_host_path) # the host's share of a run: pydfccl's Python against an echo daemon (CPU)
                 stage probe_host_path 120 env NUMBA_ENABLE_CUDASIM=1 $PY scripts/probe_host_path.py ;;
     probe_host_profile) # the same under cProfile: where the host's microseconds go

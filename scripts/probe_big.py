@@ -131,6 +131,40 @@ def summarize(data: dict) -> list[str]:
     return lines
 
 
+def run_spans(data: dict) -> list[str]:
+    """For runs that most blocks have no share of (small sizes): per rank and run, how long
+    from the first block's taking the run off the SQ to the last block's taking it, and to
+    the last block's completing it (which writes the CQ), medians over the runs; and which
+    blocks were most often the last to complete."""
+    taken = collections.defaultdict(list)      # (coll, rank, block) -> absorbed times
+    done = collections.defaultdict(list)       # (coll, rank, block) -> completed times
+    for e in sorted(data["events"], key=lambda e: e["t_ns"]):
+        if e["coll"] is not None and e["event"] in ("absorbed", "completed"):
+            (taken if e["event"] == "absorbed" else done)[(e["coll"], e["rank"], e["block"])
+                                                          ].append(e["t_ns"])
+    lines = []
+    for coll, size in enumerate(data["sizes"]):
+        spread, total, share, last = [], [], [], collections.Counter()
+        for rank in sorted({k[1] for k in taken if k[0] == coll}):
+            blocks = [b for (c, r, b) in taken if c == coll and r == rank]
+            n = min(min(len(taken[(coll, rank, b)]), len(done[(coll, rank, b)])) for b in blocks)
+            for i in range(n):
+                a = {b: taken[(coll, rank, b)][i] for b in blocks}
+                d = {b: done[(coll, rank, b)][i] for b in blocks}
+                first = min(a.values())
+                spread.append((max(a.values()) - first) / 1e3)
+                total.append((max(d.values()) - first) / 1e3)
+                share.append((d[0] - first) / 1e3)
+                last[max(d, key=d.get)] += 1
+        if total:
+            lines.append(f"  {size:>10} B, {data['nblocks']} blocks: first take -> last take "
+                         f"{np.median(spread):.1f} us, -> block 0 completed "
+                         f"{np.median(share):.1f} us, -> last completed {np.median(total):.1f} "
+                         f"us (p90 {np.percentile(total, 90):.1f}); last to complete most "
+                         f"often: blocks {[b for b, _ in last.most_common(4)]}")
+    return lines
+
+
 def _sharing(what: str, sms: list) -> str:
     """How ``sms`` (one multiprocessor per block) spread: blocks, multiprocessors, most on one."""
     per_sm = collections.Counter(sms)
@@ -154,7 +188,8 @@ def main():
     if args.summarize:
         for path in args.summarize:
             with gzip.open(path, "rt") as f:
-                print("\n".join(summarize(json.load(f))))
+                data = json.load(f)
+            print("\n".join(summarize(data) + run_spans(data)))
         return
     out = os.environ.get("OUT", ".")
     params = parse_params(args.param)

@@ -51,7 +51,7 @@ for s in $stages; do
                   if [ "$b" = default ]; then name=sweep4_policy param=""; else name=sweep4_policy_$b param="--param BASE=$b"; fi
                   stage $name $(( 120 + 15 * ${CYCLES:-21} )) $PY -m pydfccl bench --nranks 4 -b 8 -e 268435456 -f 16 -n ${SWEEP_ITERS:-200} -N ${CYCLES:-21} -w 2 --baseline nccl $param --no-progress --csv "$LOGS/$name.csv"
                 done ;;
-    sweep4_configs) # 8 B to 256 MiB by 4 on 4 ranks for world sizes (CONFIGS: "default" or
+    sweep4_configs) # 8 B to 128 MiB by 4 on 4 ranks for world sizes (CONFIGS: "default" or
                 # "blocks:slot_bytes"), the daemon alone: how the channel count by size works
                 for c in ${CONFIGS:-default 32:524288}; do
                   if [ "$c" = default ]; then param=""; else param="--nblocks ${c%%:*} --slot-bytes ${c##*:}"; fi
@@ -105,6 +105,14 @@ for s in $stages; do
                 for nb in 4 32; do
                   stage probe_small_${nb} 120 $PY scripts/probe_big.py --nblocks $nb --sizes 8 65536 --policies dfccl --iters 100
                   stage probe_small_${nb}_summary 60 $PY scripts/probe_big.py --summarize "$OUT/probe_big_dfccl_${nb}ch.json.gz"
+                done ;;
+    probe_pool32) # is it the pool's size (2 GiB a rank for 32 blocks of 512 KiB slots and 32
+                # collectives)? The same small runs with room for 2 collectives (128 MiB), and
+                # with 64 KiB slots (256 MiB)
+                for cfg in 524288:2 524288:32 65536:32; do
+                  slot=${cfg%%:*} colls=${cfg##*:}
+                  stage probe_pool_${slot}_${colls} 120 $PY scripts/probe_big.py --nblocks 32 --slot-bytes $slot --max-colls $colls --sizes 8 65536 --policies dfccl --iters 100
+                  stage probe_pool_${slot}_${colls}_summary 60 $PY scripts/probe_big.py --summarize "$OUT/probe_big_dfccl_32ch_$((slot / 1024))k_${colls}colls.json.gz"
                 done ;;
     probe_host_path) # the host's share of a run: pydfccl's Python against an echo daemon (CPU)
                 stage probe_host_path 120 env NUMBA_ENABLE_CUDASIM=1 $PY scripts/probe_host_path.py ;;

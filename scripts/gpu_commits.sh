@@ -2,6 +2,8 @@
 # The same gpu_check.sh stages on several commits in one device call, to find which commit
 # changed a figure (the device machine gets the working tree only, no git history).
 #   bash scripts/gpu_commits.sh prepare REV...     # here: each commit's tree in .gpu_commits/
+# A REV that is a .patch file (scripts/experiments/) stands for HEAD with that patch applied:
+# only main lands, so an experiment kept for a later GPU session is kept as a patch.
 #   run(command="bash scripts/gpu_commits.sh run STAGES...", carry=[".whl", ".gpu_commits"])
 # `run` runs `gpu_check.sh STAGES` in each tree, in the order prepared, then the working
 # tree's own; under $OUT: summary.txt (every tree's summary, headed by its commit) and
@@ -17,8 +19,14 @@ case "${1:-}" in
     i=0
     for rev in "$@"; do
       i=$((i + 1))
-      name=$(printf "%02d-%s" "$i" "$(git rev-parse --short "$rev")") || exit 1
-      mkdir -p "$DIR/$name" && git archive "$rev" | tar -x -C "$DIR/$name" || exit 1
+      if [ "${rev%.patch}" != "$rev" ]; then
+        name=$(printf "%02d-%s" "$i" "$(basename "$rev" .patch)")
+        mkdir -p "$DIR/$name" && git archive HEAD | tar -x -C "$DIR/$name" &&
+          patch -s -p1 -d "$DIR/$name" < "$rev" || exit 1
+      else
+        name=$(printf "%02d-%s" "$i" "$(git rev-parse --short "$rev")") || exit 1
+        mkdir -p "$DIR/$name" && git archive "$rev" | tar -x -C "$DIR/$name" || exit 1
+      fi
     done
     ls "$DIR" ;;
   run)

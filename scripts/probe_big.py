@@ -34,8 +34,13 @@ def timed(comms, buffers, coll, iters, back_to_back):
     return (time.perf_counter() - t0) / iters * 1e6
 
 
-def probe(name, policy, sizes, nranks, nblocks, slot_bytes, iters, out):
-    comms = init_all(nranks, policy=policy, nblocks=nblocks, slot_bytes=slot_bytes)
+def probe(name, policy, sizes, nranks, world, iters, out):
+    """``world``: the WorldConfig sizes (nblocks, slot_bytes, max_colls: None for the
+    default)."""
+    world = {k: v for k, v in world.items() if v is not None}
+    comms = init_all(nranks, policy=policy, **world)
+    nblocks, slot_bytes = world["nblocks"], world["slot_bytes"]
+    pool_mib = comms[0].world.config.pool_bytes / 2**20
     try:
         for c in comms:
             for i, size in enumerate(sizes):
@@ -69,9 +74,12 @@ def probe(name, policy, sizes, nranks, nblocks, slot_bytes, iters, out):
                 assert np.all(got == want), (got[:4], want)
         events = [e for c in comms for e in c.trace()]
         lost = sum(c.trace_lost() for c in comms)
-        path = os.path.join(out, f"probe_big_{name}_{nblocks}ch.json.gz")
+        tag = (f"_{slot_bytes >> 10}k_{world['max_colls']}colls" if "max_colls" in world
+               else "")
+        path = os.path.join(out, f"probe_big_{name}_{nblocks}ch{tag}.json.gz")
         with gzip.open(path, "wt") as f:
             json.dump(dict(policy=name, sizes=sizes, nblocks=nblocks, slot_bytes=slot_bytes,
+                           pool_mib=pool_mib,
                            iters=iters, marks=marks, lost=lost, events=events), f)
         print(f"{name}: {len(events)} events, {lost} lost", flush=True)
     finally:
@@ -94,7 +102,8 @@ def summarize(data: dict) -> list[str]:
                 sm_of[(e["rank"], e["block"])] = e["sm"]
         elif e["coll"] is not None:
             runs[(e["coll"], e["rank"], e["block"])].append(e)
-    lines = [f"{data['policy']}, {data['nblocks']} channels x {data['slot_bytes']} B: "
+    pool = f", a {data['pool_mib']:.0f} MiB pool a rank" if "pool_mib" in data else ""
+    lines = [f"{data['policy']}, {data['nblocks']} channels x {data['slot_bytes']} B{pool}: "
              f"launches per rank " + ", ".join(f"{launches[r] // data['nblocks']}"
                                                 for r in sorted(launches))]
     if sm_of:
@@ -181,6 +190,8 @@ def main():
     p.add_argument("--nranks", type=int, default=4)
     p.add_argument("--nblocks", type=int, default=32)
     p.add_argument("--slot-bytes", type=int, default=512 << 10)
+    p.add_argument("--max-colls", type=int, default=None,
+                   help="collectives a communicator can hold (the pool's size grows with it)")
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--param", action="append", default=[],
                    help="NAME=VALUE: a parameter of every policy but nccl (as bench's)")
@@ -197,8 +208,8 @@ def main():
         policy = get_policy(name)
         if params and name != "nccl":
             policy = policy.with_params(**params)
-        probe(name, policy, args.sizes, args.nranks, args.nblocks, args.slot_bytes, args.iters,
-              out)
+        world = dict(nblocks=args.nblocks, slot_bytes=args.slot_bytes, max_colls=args.max_colls)
+        probe(name, policy, args.sizes, args.nranks, world, args.iters, out)
 
 
 if __name__ == "__main__":

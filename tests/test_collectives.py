@@ -121,14 +121,14 @@ def test_integer_average_truncates_toward_zero_as_nccl():
 def test_channels_of_less_than_a_loop_with_large_slots():
     """With slots above ``ring.MIN_CHANNEL_CHUNK`` a collective spreads over blocks in
     shares smaller than one loop (a slot per chunk), which the daemon then moves as one
-    short loop: 40,000 float32 on 2 ranks make 2 channels of 20,000 elements where a loop
-    holds 65,536."""
+    short loop: 20,000 float64 on 2 ranks make 2 channels of 10,000 elements where a loop
+    holds 32,768."""
     from pydfccl.kernels.ring import channel_count
 
     sizes = dict(nblocks=2, slot_bytes=128 * 1024)
-    cases = [("all_reduce", 40000, "float32", "sum", 0), ("all_gather", 20000, "int32", "sum", 0),
-             ("reduce_scatter", 20000, "float32", "max", 0)]
-    assert channel_count(True, 40000, 4, 2, **sizes) == 2
-    assert channel_count(False, 20000, 4, 2, **sizes) == 2
+    cases = [("all_reduce", 20000, "float64", "sum", 0), ("all_gather", 10000, "int64", "sum", 0),
+             ("reduce_scatter", 10000, "float64", "max", 0)]
+    assert channel_count(True, 20000, 8, 2, **sizes) == 2
+    assert channel_count(False, 10000, 8, 2, **sizes) == 2
     _check(2, cases, pydfccl.launch(workers.collective_cases, 2, args=(cases, True),
                                     timeout=600, **sizes), **sizes)

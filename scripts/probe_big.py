@@ -174,6 +174,25 @@ def run_spans(data: dict) -> list[str]:
     return lines
 
 
+def event_gaps(data: dict, block: int = 0) -> list[str]:
+    """Medians of the time from one event of ``block`` to its next of the same run's
+    collective, over every rank (absorbed -> loaded is the block's own scheduling, which
+    waits for nobody; loaded -> completed its share of a run): where a block's time goes,
+    to compare worlds."""
+    runs = collections.defaultdict(list)       # (rank, coll) -> the block's events in order
+    for e in sorted(data["events"], key=lambda e: e["t_ns"]):
+        if e["block"] == block and e["coll"] is not None:
+            runs[(e["rank"], e["coll"])].append(e)
+    gaps = collections.defaultdict(list)
+    for events in runs.values():
+        for a, b in zip(events, events[1:]):
+            gaps[(a["event"], b["event"])].append((b["t_ns"] - a["t_ns"]) / 1e3)
+    lines = [f"  block {block}, from an event to the next (median us, times):"]
+    for (a, b), values in sorted(gaps.items(), key=lambda kv: -len(kv[1])):
+        lines.append(f"    {a:>9} -> {b:<9} {np.median(values):8.1f} ({len(values)})")
+    return lines
+
+
 def _sharing(what: str, sms: list) -> str:
     """How ``sms`` (one multiprocessor per block) spread: blocks, multiprocessors, most on one."""
     per_sm = collections.Counter(sms)
@@ -200,7 +219,7 @@ def main():
         for path in args.summarize:
             with gzip.open(path, "rt") as f:
                 data = json.load(f)
-            print("\n".join(summarize(data) + run_spans(data)))
+            print("\n".join(summarize(data) + run_spans(data) + event_gaps(data)))
         return
     out = os.environ.get("OUT", ".")
     params = parse_params(args.param)

@@ -41,3 +41,8 @@ def test_probe_big_summarizes_an_event_log(tmp_path):
     assert "2 daemon blocks on 1 multiprocessors, at most 2 on one" in out.stdout
     assert "2 blocks with a share on 1 multiprocessors, at most 2 on one" in out.stdout
     assert "ranks took a run 1.5 us apart (at most 2.0), 2 runs" in out.stdout
+    # per run, from the first block's take to the last completion; block 0's event gaps
+    assert "first take -> last take 0.0 us, -> block 0 completed 4.0 us, -> last completed " \
+           "4.0 us" in out.stdout
+    assert "   loaded -> completed      4.0 (4)" in out.stdout
+    assert "completed -> absorbed       7.5 (2)" in out.stdout

@@ -4,6 +4,7 @@ a thread of the test writes (under the simulator the real one does not spin at a
 
 import threading
 import time
+
 import numpy as np
 import pytest
 

@@ -49,23 +49,30 @@ def _prepare(comm, colls: int, count: int, dtype: str) -> list:
     return pairs
 
 
+def _timed_iterations(submit, nruns: int, iters: int, warmup: int) -> tuple:
+    """Run ``warmup + iters`` iterations, each ``submit()`` (a list of ``nruns`` futures)
+    then a wait for all of them, with the collector paused; the timed iterations' seconds
+    from submit to the last completion, and their seconds in ``run()`` per run."""
+    times, in_run = np.empty(iters), np.empty(iters)
+    with gc_paused():
+        for i in range(warmup + iters):
+            t0 = time.perf_counter()
+            futures = submit()
+            t1 = time.perf_counter()
+            for future in futures:
+                future.result(timeout=60)
+            if i >= warmup:
+                times[i - warmup] = time.perf_counter() - t0
+                in_run[i - warmup] = (t1 - t0) / nruns
+    return times, in_run
+
+
 def latency_worker(comm, iters: int, warmup: int, count: int, dtype: str,
                    colls: int = 1) -> dict:
     pairs = _prepare(comm, colls, count, dtype)
     comm.start()
-    times = np.empty(iters)
-    submit = np.empty(iters)
-    with gc_paused():
-        for i in range(warmup + iters):
-            t0 = time.perf_counter()
-            futures = [comm.run(k, x, y) for k, (x, y) in enumerate(pairs)]
-            t1 = time.perf_counter()
-            for future in futures:
-                future.result(timeout=60)
-            t2 = time.perf_counter()
-            if i >= warmup:
-                times[i - warmup] = t2 - t0
-                submit[i - warmup] = (t1 - t0) / colls
+    times, submit = _timed_iterations(
+        lambda: [comm.run(k, x, y) for k, (x, y) in enumerate(pairs)], colls, iters, warmup)
     for _, y in pairs:
         _check(y, comm.rank, comm.nranks, count, dtype)
     return dict(times_us=times * 1e6, submit_us=submit * 1e6, stats=comm.stats())
@@ -80,17 +87,8 @@ def one_thread_latency(nranks: int, iters: int, warmup: int, count: int, dtype: 
         pairs = [_prepare(comm, colls, count, dtype) for comm in comms]
         start_all(comms)
         runs = group_order(comms, pairs)
-        times, submit = np.empty(iters), np.empty(iters)
-        with gc_paused():
-            for i in range(warmup + iters):
-                t0 = time.perf_counter()
-                futures = [comm.run(k, x, y) for comm, k, x, y in runs]
-                t1 = time.perf_counter()
-                for future in futures:
-                    future.result(timeout=60)
-                if i >= warmup:
-                    times[i - warmup] = time.perf_counter() - t0
-                    submit[i - warmup] = (t1 - t0) / len(runs)
+        times, submit = _timed_iterations(
+            lambda: [comm.run(k, x, y) for comm, k, x, y in runs], len(runs), iters, warmup)
         for rank, mine in enumerate(pairs):
             for _, y in mine:
                 _check(y, rank, nranks, count, dtype)

@@ -37,9 +37,9 @@ from ..sched.policies import PARAM_SLOTS
 from .compiler import daemon_kernel
 from .memory import (as_array, atomic_add_gpu, atomic_max_gpu, backoff, fence_gpu,
                      fence_sys, load16, load_acquire, load_volatile, now_ns, sm_id,
-                     store16, store_release, store_volatile)
+                     store16, store_volatile)
 from .primitives import (F_POSTDIV, F_RECV, F_SEND, SPIN_ABORT, SPIN_PREEMPT, fence, move,
-                         spin_wait)
+                         ready_now, spin_wait)
 from .plans import ALL_TO_ALL, loop_elems, plan_step, step_peers, steps_per_loop
 from .ring import channel_span
 
@@ -90,7 +90,7 @@ HEADER_BYTES, CONN_HEADER, CONN_TAIL, CONN_HEAD = (
 # Shared words thread 0 hands to the block.
 SH_CMD, SH_DTYPE, SH_N, SH_FLAGS, SH_OP, SH_DIV, SH_SLOT_IN, SH_USER_IN, SH_SLOT_OUT, \
     SH_USER_OUT, SH_NACT = range(11)
-SH_WORDS = 12
+SH_CQ_K = 12            # from here, the CQ numbers of completions thread 0 holds back
 CMD_MOVE, CMD_EXIT = 1, 2
 
 # Thread 0's scheduler state (a local array, so device functions can update it).
@@ -98,8 +98,16 @@ CMD_MOVE, CMD_EXIT = 1, 2
  S_SENT, S_RECVD, S_SEND, S_RECV, S_BEGIN, S_END, S_NLOOPS, S_SLOT_ELEMS, S_DTYPE, S_OP,
  S_ITEMSIZE, S_TRIES, S_COMPLETED, S_PREEMPTIONS, S_PROGRESS, S_FLAGS, S_ROOT, S_COUNT,
  S_ABORT_SEEN, S_LOCAL, S_TRACE_HEAD, S_CONN, S_TO_CONN, S_FROM_CONN, S_QUITS0,
- S_NEXT_POLL, S_HOLD_SEEN) = range(36)
-S_WORDS = 36
+ S_NEXT_POLL, S_HOLD_SEEN, S_CQ_HELD, S_CQ_SINCE) = range(38)
+S_WORDS = 38
+# Completions a block holds back (S_CQ_HELD of them, their CQ numbers in shared memory from
+# SH_CQ_K on, the first since S_CQ_SINCE; a local array indexed at run time would leave
+# registers for local memory): published together behind one system fence before the
+# block waits for a peer, at each pass over its tasks, when CQ_BATCH are held or the first
+# has waited CQ_HOLD_NS, and when the block exits.
+CQ_BATCH = 8
+CQ_HOLD_NS = 5_000
+SH_WORDS = SH_CQ_K + CQ_BATCH
 
 # Host memory is a PCIe round trip away (about a microsecond), and reads of it from many
 # blocks queue behind one another, so the hot path and the idle loop avoid it: a block reads
@@ -209,7 +217,23 @@ def _idle(st, pool):
 
 
 @cuda.jit(device=True)
-def _finish(st, ctl, pool, tasks, coll, block, nblocks):
+def _publish_cq(st, sh, ctl):
+    """Stamp the CQ entries this block held back. One system fence orders every held
+    entry's collective word (and the runs' data) before the stamps, which the host reads
+    with acquire loads, in order: one fence for a batch where each entry had a release
+    store of its own."""
+    held = st[S_CQ_HELD]
+    if held == 0:
+        return
+    fence_sys()
+    for i in range(held):
+        k = sh[SH_CQ_K + i]
+        store_volatile(ctl + CTL_CQ + (k % CQ_CAP) * CQ_SIZE + CQ_STAMP, k + 1)
+    st[S_CQ_HELD] = 0
+
+
+@cuda.jit(device=True)
+def _finish(st, sh, ctl, pool, tasks, coll, block, nblocks):
     """This block is done with a run of ``coll``; the last block of all to finish that run
     writes the CQ. A block may finish a collective's next runs before another block
     finishes this one, so the blocks count each run in flight apart (run number modulo
@@ -224,9 +248,12 @@ def _finish(st, ctl, pool, tasks, coll, block, nblocks):
         k = atomic_add_gpu(pool + P_CQ_RESERVE, 1)
         entry = ctl + CTL_CQ + (k % CQ_CAP) * CQ_SIZE
         store_volatile(entry + CQ_COLL, coll)
-        store_release(entry + CQ_STAMP, k + 1)
-    # The status row after the CQ: host stores ahead of the system-scope release would
-    # delay it by their PCIe round trips.
+        if st[S_CQ_HELD] == 0:
+            st[S_CQ_SINCE] = now_ns()
+        sh[SH_CQ_K + st[S_CQ_HELD]] = k     # stamped by _publish_cq
+        st[S_CQ_HELD] += 1
+        if st[S_CQ_HELD] == CQ_BATCH:
+            _publish_cq(st, sh, ctl)
     status = _status(ctl, block)
     store_volatile(status + BS_COLL, 0)
     store_volatile(status + BS_COMPLETED, st[S_COMPLETED])
@@ -297,7 +324,7 @@ def make_daemon(policy):
         _trace(st, pool, block, EV_ABSORBED, coll, seq, 0, 0)
         begin, end, nloops, slot_elems = _span(colls, coll, block, nranks, slot_bytes)
         if nloops == 0:
-            _finish(st, ctl, pool, tasks, coll, block, nblocks)
+            _finish(st, sh, ctl, pool, tasks, coll, block, nblocks)
             return
         task = coll * TASK_WORDS
         if tasks[task + T_ACTIVE] != 0:
@@ -416,8 +443,11 @@ def make_daemon(policy):
         """Thread 0: decide the block's next command (a step to move, or exit)."""
         status = _status(ctl, block)
         while True:
+            if st[S_CQ_HELD] > 0 and now_ns() - st[S_CQ_SINCE] >= CQ_HOLD_NS:
+                _publish_cq(st, sh, ctl)
             if st[S_CUR] < 0:
                 if st[S_POS] == 0:      # a new pass over the task list
+                    _publish_cq(st, sh, ctl)
                     t = now_ns()
                     if t - st[S_ABORT_SEEN] >= ABORT_CHECK_NS:
                         st[S_ABORT_SEEN] = t
@@ -449,7 +479,7 @@ def make_daemon(policy):
                 save_task(st, tasks, 0)
                 _remove(act, akey, sh, st[S_POS])
                 st[S_TRIES_LEFT] = 0
-                _finish(st, ctl, pool, tasks, coll, block, nblocks)
+                _finish(st, sh, ctl, pool, tasks, coll, block, nblocks)
                 next_run(act, akey, sh, params, tasks, queue, coll)
                 continue
 
@@ -465,6 +495,9 @@ def make_daemon(policy):
             waits = ((1 if need_tail > 0 else 0) + (2 if need_head > 0 else 0)
                      + (from_rank << 2) + (to_rank << 18))
             budget = st[S_THRESH]
+            if st[S_CQ_HELD] > 0 and not ready_now(mine + CONN_TAIL, need_tail,
+                                                   mine + CONN_HEAD, need_head):
+                _publish_cq(st, sh, ctl)     # held completions must not wait for a peer
             waited = spin_wait(mine + CONN_TAIL, need_tail, mine + CONN_HEAD, need_head,
                                min(budget, QUICK_WAIT_NS), ctl + CTL_ABORT, st[S_LOCAL])
             if waited == SPIN_PREEMPT and budget > QUICK_WAIT_NS:
@@ -603,6 +636,7 @@ def make_daemon(policy):
             if tid == 0:
                 post_step(st, ctl, nranks, block)
         if tid == 0:
+            _publish_cq(st, sh, ctl)
             atomic_add_gpu(pool + P_BLOCK_QUITS, 1)
             _trace(st, pool, block, EV_QUIT, -1, 0, 0, 0)
             status = _status(ctl, block)

@@ -33,7 +33,7 @@ from ..codes import DTYPES, OPS
 __all__ = [
     "F_RECV", "F_USER_IN", "F_SEND", "F_USER_OUT", "F_POSTDIV",
     "SEND", "RECV_REDUCE_SEND", "RECV_REDUCE_COPY_SEND", "RECV_COPY_SEND", "RECV", "COPY",
-    "SPIN_PREEMPT", "SPIN_ABORT", "fence", "spin_wait", "move",
+    "SPIN_PREEMPT", "SPIN_ABORT", "fence", "ready_now", "spin_wait", "move",
 ]
 
 F_RECV = 1
@@ -67,6 +67,19 @@ def fence(local):
 
 
 @cuda.jit(device=True)
+def ready_now(tail_addr, need_tail, head_addr, need_head):
+    """One look: ``*tail_addr >= need_tail`` and ``*head_addr >= need_head`` (a need <= 0
+    is met), with volatile loads and no fence (``spin_wait`` adds the fence)."""
+    if need_tail > 0:
+        if load_volatile(tail_addr) < need_tail:
+            return False
+    if need_head > 0:
+        if load_volatile(head_addr) < need_head:
+            return False
+    return True
+
+
+@cuda.jit(device=True)
 def spin_wait(tail_addr, need_tail, head_addr, need_head, budget_ns, abort_addr, local):
     """The one wait loop. Waits until ``*tail_addr >= need_tail`` and
     ``*head_addr >= need_head`` (a need <= 0 is already met), polling with volatile loads;
@@ -79,13 +92,7 @@ def spin_wait(tail_addr, need_tail, head_addr, need_head, budget_ns, abort_addr,
     start = now_ns()
     spins = 0
     while True:
-        ready = True
-        if need_tail > 0:
-            if load_volatile(tail_addr) < need_tail:
-                ready = False
-        if ready and need_head > 0:
-            if load_volatile(head_addr) < need_head:
-                ready = False
+        ready = ready_now(tail_addr, need_tail, head_addr, need_head)
         waited = now_ns() - start
         if ready:
             fence(local)

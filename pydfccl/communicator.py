@@ -309,9 +309,10 @@ class Communicator:
         for coll_id, spec in self._specs.items():
             self._index[coll_id] = index[coll_id]
             table[index[coll_id]] = self._table_entry(spec, conn[coll_id])
-        self.world.pools[self.rank].write(L.P_COLLS, table)
+        pool = self.world.pools[self.rank]
+        pool.write(L.P_COLLS, table)
+        pool.write(L.P_PARAMS, self.policy.param_array(platform.SIMULATOR))
         self._placer = LatePlacer(self.nranks, cfg.max_colls, len(index), used)
-        self._row["params"][0] = self.policy.param_array(platform.SIMULATOR)
         self._by_index = {i: c for c, i in index.items()}   # every rank's ids, for reports
         self._tracer = TraceReader(self.world.pools[self.rank], self.rank, cfg.nblocks,
                                    self._by_index)

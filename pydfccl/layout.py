@@ -7,10 +7,17 @@ Two regions per rank:
 
 * the *control row*, in memory both the host and the GPU can reach (mapped pinned memory,
   or shared memory under the simulator): the submission queue (SQ), the completion queue
-  (CQ), the abort word, policy parameters and per-block status and statistics;
-* the *pool*, in device memory that peers can reach: the collective table, the saved task
-  contexts, each block's event log, and the connectors (slot buffers with head/tail counters) through which the
-  previous rank in the ring sends data to this one.
+  (CQ), the abort and hold words and per-block status and statistics;
+* the *pool*, in device memory that peers can reach: the collective table, the policy's
+  parameters, the saved task contexts and counters, each block's event log, and the
+  connectors (slot buffers with head/tail counters) through which the previous rank in the
+  ring sends data to this one.
+
+The daemon reads host memory as little as it can: on the H200 such reads queue behind one
+another across the whole GPU. One read took 1.25 us alone, 38.5 us while 32 other blocks
+each kept a read of one host word in flight, and 133 us with 128 (scripts/probe_contention.py,
+2026-11-30 13:19): about 1.2 us for each read ahead of it. So a block's read delays every
+other block's, busy blocks' too.
 """
 
 import numpy as np
@@ -18,7 +25,7 @@ import numpy as np
 __all__ = [
     "MAX_COLLS", "MAX_BLOCKS", "RUNS_IN_FLIGHT", "SQ_CAP", "CQ_CAP", "NO_LIMIT", "TRACE_CAP",
     "TRACE_KINDS", "BLOCK_STATUS", "SQ_ENTRY", "CQ_ENTRY", "REGISTRATION", "CTL_ROW",
-    "COLL_ENTRY", "TASK", "SQ_COPY", "QUEUED_RUN", "TRACE_EVENT",
+    "COLL_ENTRY", "TASK", "SQ_COPY", "QUEUED_RUN", "BLOCK_COUNTS", "TRACE_EVENT",
     "POOL_HEADER",
     "CONN_HEADER_BYTES", "conn_bytes", "pool_bytes", "word",
 ]
@@ -35,7 +42,7 @@ NO_LIMIT = 1 << 62   # the daemon's ``limit`` argument when it may take every SQ
 I8 = "<i8"
 
 BLOCK_STATUS = np.dtype([
-    ("sq_frontier", I8),   # SQ entries this block has taken
+    ("pad", I8),
     ("coll", I8),          # collective last loaded + 1, until it completes (0: none)
     ("step", I8),          # its step counter
     ("waits", I8),         # 1: waits for data from prev, 2: for slot credit from next
@@ -78,15 +85,13 @@ CTL_ROW = np.dtype([
     ("host_blocked", I8),  # 1 while this rank's host is blocked in a device synchronize
     ("host_submitted", I8),
     ("host_completed", I8),
-    ("peers_local", I8),   # 1 when every peer's memory is on this GPU (GPU-scope fences do)
     ("heartbeat", I8),     # the host's CLOCK_MONOTONIC in ns, refreshed by the poller;
     #                        -1 once the communicator closed, 0 before it started
     ("hold", I8),          # > 0: the daemon must not quit voluntarily (a stream of the
     #                        host waits on one of its collectives; Communicator.hold_daemon)
-    ("pad", I8),
+    ("pad", I8, 2),
     ("quitting", I8, MAX_BLOCKS),  # 1: this block of the running launch has decided to
     #                        quit (set before it reads the hold word; cleared at launch)
-    ("params", I8, 8),
     ("blocks", BLOCK_STATUS, MAX_BLOCKS),
     ("sq", SQ_ENTRY, SQ_CAP),
     ("cq", CQ_ENTRY, CQ_CAP),
@@ -135,6 +140,13 @@ QUEUED_RUN = np.dtype([    # a run absorbed while another run of its collective 
     ("priority", I8),
 ])
 
+BLOCK_COUNTS = np.dtype([  # a block's counters across launches, in device memory: a launch
+    ("completed", I8),     # starts from them without reading host memory (its status row)
+    ("preemptions", I8),
+    ("progress", I8),
+    ("exits", I8),
+])
+
 TRACE_EVENT = np.dtype([   # one record of a block's event log
     ("t", I8),             # nanoseconds (%globaltimer on a GPU, perf_counter_ns simulated)
     ("event", I8),         # TRACE_KINDS
@@ -156,6 +168,17 @@ POOL_HEADER = np.dtype([
     ("pad3", I8, 15),
     ("sq_seen", I8),          # the furthest SQ entry a block of this rank has seen
     ("pad4", I8, 15),
+    ("sq_next_poll", I8),     # %globaltimer from which a block may read the SQ; the block
+    #                           that takes the turn pushes it out until its read is done
+    ("pad5", I8, 15),
+    ("abort", I8),            # 1 once a block of this rank saw the host's abort word set
+    ("abort_next_look", I8),  # %globaltimer from which a block may read that word again
+    ("pad6", I8, 14),
+    ("params", I8, 8),        # the policy's parameters (the host writes them at start)
+    ("peers_local", I8),      # 1 when every peer's memory is on this GPU (GPU-scope fences
+    #                           do); the host writes it with the pools
+    ("pad7", I8, 7),
+    ("counts", BLOCK_COUNTS, MAX_BLOCKS),   # each block's counters, saved when it exits
     ("sq_copy", SQ_COPY, SQ_CAP),   # the SQ entries below sq_seen, in device memory
     ("done", I8, (MAX_COLLS, RUNS_IN_FLIGHT)),   # blocks that finished each collective's
     #                                              runs, ever, by run number modulo
@@ -195,10 +218,8 @@ def word(dtype: np.dtype, *path: str) -> int:
 
 # Byte offsets the kernel uses (module-level ints, frozen into the compiled daemon).
 CTL_ABORT = word(CTL_ROW, "abort")
-CTL_PARAMS = word(CTL_ROW, "params")
 CTL_HOLD = word(CTL_ROW, "hold")
 CTL_QUITTING = word(CTL_ROW, "quitting")
-CTL_PEERS_LOCAL = word(CTL_ROW, "peers_local")
 CTL_BLOCKS = word(CTL_ROW, "blocks")
 CTL_SQ = word(CTL_ROW, "sq")
 CTL_CQ = word(CTL_ROW, "cq")
@@ -213,6 +234,14 @@ P_CQ_RESERVE = word(POOL_HEADER, "cq_reserve")
 P_BLOCK_QUITS = word(POOL_HEADER, "block_quits")
 P_RANK_PROGRESS = word(POOL_HEADER, "rank_progress")
 P_SQ_SEEN = word(POOL_HEADER, "sq_seen")
+P_SQ_NEXT_POLL = word(POOL_HEADER, "sq_next_poll")
+P_ABORT = word(POOL_HEADER, "abort")
+assert word(POOL_HEADER, "abort_next_look") == P_ABORT + 8   # primitives.abort_seen
+P_PARAMS = word(POOL_HEADER, "params")
+P_PEERS_LOCAL = word(POOL_HEADER, "peers_local")
+P_COUNTS = word(POOL_HEADER, "counts")
+BC_SIZE = BLOCK_COUNTS.itemsize
+BC = {name: word(BLOCK_COUNTS, name) for name in BLOCK_COUNTS.names}
 P_SQ_COPY = word(POOL_HEADER, "sq_copy")
 SQ_COPY_SIZE = SQ_COPY.itemsize
 SQ_COPY_F = {name: word(SQ_COPY, name) for name in SQ_COPY.names}

@@ -130,7 +130,8 @@ class World:
         # their memory at GPU scope. Pools of other processes may be on other GPUs, and the
         # simulator's stand for them: system scope (the rows start zeroed).
         if pool_mem is None and ipc is None:
-            self.ctl["peers_local"] = 1
+            for pool in self.pools:
+                pool.write(L.P_PEERS_LOCAL, np.ones(1, np.int64))
         self.peers = DeviceBuffer(8 * n)
         self.peers.write(0, np.array(self.pool_addr, dtype=np.int64))
 

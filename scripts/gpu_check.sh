@@ -114,6 +114,13 @@ for s in $stages; do
                   stage probe_pool_${slot}_${colls} 120 $PY scripts/probe_big.py --nblocks 32 --slot-bytes $slot --max-colls $colls --sizes 8 65536 --policies dfccl --iters 100
                   stage probe_pool_${slot}_${colls}_summary 60 $PY scripts/probe_big.py --summarize "$OUT/probe_big_dfccl_32ch_$((slot / 1024))k_${colls}colls.json.gz"
                 done ;;
+    probe_ranks_blocks) # does a busy block slow down with its rank's blocks or with the
+                # GPU's? 8-byte runs for ranks x blocks a rank of 1x32, 2x32, 4x8 and 8x4
+                for cfg in 1:32 2:32 4:8 8:4; do
+                  r=${cfg%%:*} nb=${cfg##*:} tag=""; [ "$r" = 4 ] || tag="_${r}ranks"
+                  stage probe_${r}x${nb} 120 $PY scripts/probe_big.py --nranks $r --nblocks $nb --sizes 8 --policies dfccl --iters 100
+                  stage probe_${r}x${nb}_summary 60 $PY scripts/probe_big.py --summarize "$OUT/probe_big_dfccl_${nb}ch${tag}.json.gz"
+                done ;;
     probe_host_path) # the host's share of a run: pydfccl's Python against an echo daemon (CPU)
                 stage probe_host_path 120 env NUMBA_ENABLE_CUDASIM=1 $PY scripts/probe_host_path.py ;;
     probe_host_profile) # the same under cProfile: where the host's microseconds go
@@ -123,6 +130,9 @@ for s in $stages; do
     movers)     stage movers 120 $PY scripts/probe_movers.py ;;
     probe)      stage probe 60 $PY scripts/probe_timer.py ;;
     probe_host) stage probe_host 60 $PY scripts/probe_host.py ;;
+    probe_contention) # one thread's clock reads, loads and stores while the other blocks
+                # idle as daemon blocks do: the 32-block slowdown (docs/benchmarks.md)
+                stage probe_contention 120 $PY scripts/probe_contention.py ;;
     probe_latency) stage probe_latency 90 $PY scripts/probe_latency.py ;;
     probe_latency8) # the same with 8 ranks (2026-11-30 07:05: the ranks took the run over 54 us,
                 # one run() after another, then 15 ring steps of about 4.6 us)

@@ -75,7 +75,7 @@ def probe(name, policy, sizes, nranks, world, iters, out):
         events = [e for c in comms for e in c.trace()]
         lost = sum(c.trace_lost() for c in comms)
         tag = (f"_{slot_bytes >> 10}k_{world['max_colls']}colls" if "max_colls" in world
-               else "")
+               else "") + (f"_{nranks}ranks" if nranks != 4 else "")
         path = os.path.join(out, f"probe_big_{name}_{nblocks}ch{tag}.json.gz")
         with gzip.open(path, "wt") as f:
             json.dump(dict(policy=name, sizes=sizes, nblocks=nblocks, slot_bytes=slot_bytes,

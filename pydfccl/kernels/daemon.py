@@ -13,12 +13,16 @@ quit) to the block's event log in the pool, which the host drains for
 quit), unless the host holds it (the control row's hold word: a stream of the host waits on
 a collective); once one block of a launch has exited the others follow at their next look,
 so the launch ends whole and soon, and the host relaunches it when work is outstanding.
-The rank's blocks share the SQ's polling: host memory is a PCIe round trip away, and 32
-idle blocks each reading it in a loop would keep 32 reads in flight ahead of the busy
-blocks' own host accesses. Together they read it once per SQ_POLL_NS, and a block that
-finds new entries copies them into device memory (the pool's ``sq_copy``) and posts how far
-it saw (``sq_seen``), where its siblings look first and read the copies instead of the SQ:
-an entry crosses PCIe once per rank, not once per block. A launch takes SQ entries up to
+The rank's blocks share the SQ's polling: reads of host memory queue behind one another
+across the GPU, about 1.2 us for each read ahead (layout.py), so every read a block makes
+delays every other block's. A rank keeps at most one SQ read in flight, one every
+SQ_POLL_NS at most, made by whichever block takes the turn (the pool's ``sq_next_poll``;
+idle blocks before busy ones), and the block that finds new entries copies them into
+device memory (the pool's ``sq_copy``) and posts how far it saw (``sq_seen``), where its
+siblings look first and read the copies instead of the SQ: an entry crosses PCIe once per
+rank, not once per block. The abort word is shared the same way
+(``primitives.abort_seen``), and a launch starts from the policy's parameters and the
+blocks' counters in the pool, not in host memory. A launch takes SQ entries up to
 its ``limit`` argument: the persistent daemon has none (``layout.NO_LIMIT``); the
 launch-per-collective baseline passes the runs submitted when it was launched, so that
 every block of a launch takes the same runs and leaves the rest to the next launch whole.
@@ -35,23 +39,21 @@ from numba import cuda
 from .. import layout as L
 from ..sched.policies import PARAM_SLOTS
 from .compiler import daemon_kernel
-from .memory import (as_array, atomic_add_gpu, atomic_max_gpu, backoff, fence_gpu,
-                     fence_sys, load16, load_acquire, load_volatile, now_ns, sm_id,
+from .memory import (as_array, atomic_add_gpu, atomic_cas_gpu, atomic_max_gpu, backoff,
+                     fence_gpu, fence_sys, load16, load_acquire, load_volatile, now_ns, sm_id,
                      store16, store_volatile)
-from .primitives import (F_POSTDIV, F_RECV, F_SEND, SPIN_ABORT, SPIN_PREEMPT, fence, move,
-                         ready_now, spin_wait)
+from .primitives import (F_POSTDIV, F_RECV, F_SEND, SPIN_ABORT, SPIN_PREEMPT, abort_seen,
+                         fence, move, ready_now, spin_wait)
 from .plans import ALL_TO_ALL, loop_elems, plan_step, step_peers, steps_per_loop
 from .ring import channel_span
 
 __all__ = ["make_daemon", "compile_now", "DAEMON_SIGNATURE"]
 
-MAX_COLLS = L.MAX_COLLS
+MAX_COLLS, NO_LIMIT = L.MAX_COLLS, L.NO_LIMIT
 CTL_ABORT = L.CTL_ABORT
-CTL_PARAMS = L.CTL_PARAMS
 CTL_HOLD, CTL_QUITTING = L.CTL_HOLD, L.CTL_QUITTING
-CTL_PEERS_LOCAL = L.CTL_PEERS_LOCAL
 CTL_BLOCKS, BS_SIZE = L.CTL_BLOCKS, L.BS_SIZE
-BS_FRONTIER, BS_COLL, BS_STEP, BS_WAITS = (L.BS[k] for k in ("sq_frontier", "coll", "step", "waits"))
+BS_COLL, BS_STEP, BS_WAITS = (L.BS[k] for k in ("coll", "step", "waits"))
 BS_COMPLETED, BS_PREEMPTIONS, BS_EXITS, BS_PROGRESS = (
     L.BS[k] for k in ("completed", "preemptions", "exits", "progress"))
 CTL_SQ, SQ_SIZE, SQ_CAP = L.CTL_SQ, L.SQ_SIZE, L.SQ_CAP
@@ -61,6 +63,12 @@ CQ_STAMP, CQ_COLL = L.CQ_F["stamp"], L.CQ_F["coll"]
 P_CQ_RESERVE, P_DONE, P_COLLS, P_SQ_FRONTIER, P_TASKS, P_BLOCK_QUITS = (
     L.P_CQ_RESERVE, L.P_DONE, L.P_COLLS, L.P_SQ_FRONTIER, L.P_TASKS, L.P_BLOCK_QUITS)
 P_RANK_PROGRESS, P_SQ_SEEN, P_SQ_COPY = L.P_RANK_PROGRESS, L.P_SQ_SEEN, L.P_SQ_COPY
+P_SQ_NEXT_POLL, P_ABORT, P_PARAMS, P_PEERS_LOCAL = (
+    L.P_SQ_NEXT_POLL, L.P_ABORT, L.P_PARAMS, L.P_PEERS_LOCAL)
+assert L.POOL_HEADER.fields["params"][0].shape == (PARAM_SLOTS,)
+P_COUNTS, BC_SIZE = L.P_COUNTS, L.BC_SIZE
+BC_COMPLETED, BC_PREEMPTIONS, BC_PROGRESS, BC_EXITS = (
+    L.BC[k] for k in ("completed", "preemptions", "progress", "exits"))
 SQ_COPY_SIZE = L.SQ_COPY_SIZE
 SC_COLL, SC_RECV = L.SQ_COPY_F["coll"], L.SQ_COPY_F["recv"]
 # The collective table and a block's task contexts are read and written with plain
@@ -98,7 +106,7 @@ CMD_MOVE, CMD_EXIT = 1, 2
  S_SENT, S_RECVD, S_SEND, S_RECV, S_BEGIN, S_END, S_NLOOPS, S_SLOT_ELEMS, S_DTYPE, S_OP,
  S_ITEMSIZE, S_TRIES, S_COMPLETED, S_PREEMPTIONS, S_PROGRESS, S_FLAGS, S_ROOT, S_COUNT,
  S_ABORT_SEEN, S_LOCAL, S_TRACE_HEAD, S_CONN, S_TO_CONN, S_FROM_CONN, S_QUITS0,
- S_NEXT_POLL, S_HOLD_SEEN, S_CQ_HELD, S_CQ_SINCE) = range(38)
+ S_EXITS, S_HOLD_SEEN, S_CQ_HELD, S_CQ_SINCE) = range(38)
 S_WORDS = 38
 # Completions a block holds back (S_CQ_HELD of them, their CQ numbers in shared memory from
 # SH_CQ_K on, the first since S_CQ_SINCE; a local array indexed at run time would leave
@@ -109,14 +117,17 @@ CQ_BATCH = 8
 CQ_HOLD_NS = 5_000
 SH_WORDS = SH_CQ_K + CQ_BATCH
 
-# Host memory is a PCIe round trip away (about a microsecond), and reads of it from many
-# blocks queue behind one another, so the hot path and the idle loop avoid it: a block reads
-# the abort word at most every ABORT_CHECK_NS and a hold it saw again after HOLD_CHECK_NS,
-# and writes its status row (what the watchdog reports) only when a wait has lasted
-# QUICK_WAIT_NS, at a preemption, a completion, a quit, and every PROGRESS_EVERY steps.
-ABORT_CHECK_NS = 100_000
+# Host memory is a PCIe round trip away, and reads of it queue across the GPU, so
+# the hot path and the idle loop avoid it: a block looks at the rank's abort flag (device
+# memory) every ABORT_CHECK_NS, reads a hold it saw again after HOLD_CHECK_NS times the
+# blocks of its rank, and writes its status row (what the watchdog reports) only when a wait
+# has lasted QUICK_WAIT_NS, at a preemption, a completion, a quit, and every PROGRESS_EVERY
+# steps. The SQ's turn (``_sq_turn``):
+ABORT_CHECK_NS = 20_000
 HOLD_CHECK_NS = 50_000
-SQ_POLL_NS = 500          # a rank's blocks together read the SQ once in this time
+SQ_POLL_NS = 500          # from the end of a rank's SQ read to its next, at least
+SQ_POLL_BUSY_NS = 5_000   # how overdue a read must be for a block with tasks to make it
+SQ_POLL_HELD_NS = 1_000_000   # a turn taken lapses after this (a read takes microseconds)
 QUICK_WAIT_NS = 20_000
 PROGRESS_EVERY = 64
 
@@ -217,6 +228,19 @@ def _idle(st, pool):
 
 
 @cuda.jit(device=True)
+def _sq_turn(pool, busy):
+    """Whether this block reads the SQ now: the rank's turn is due (SQ_POLL_BUSY_NS overdue
+    for a block that has tasks of its own, so that idle blocks poll while there are any),
+    and this block took it. The taker pushes ``sq_next_poll`` out until its read is done
+    (``absorb`` then sets it SQ_POLL_NS ahead): one SQ read in flight per rank."""
+    t = now_ns()
+    due = load_volatile(pool + P_SQ_NEXT_POLL)
+    if t < due + (SQ_POLL_BUSY_NS if busy else 0):
+        return False
+    return atomic_cas_gpu(pool + P_SQ_NEXT_POLL, due, t + SQ_POLL_HELD_NS) == due
+
+
+@cuda.jit(device=True)
 def _publish_cq(st, sh, ctl):
     """Stamp the CQ entries this block held back. One system fence orders every held
     entry's collective word (and the runs' data) before the stamps, which the host reads
@@ -269,7 +293,7 @@ def make_daemon(policy):
     should_quit = cuda.jit(device=True)(policy.should_quit)
 
     @cuda.jit(device=True)
-    def _may_quit(st, params, ctl, pool, block):
+    def _may_quit(st, params, ctl, pool, block, nblocks):
         """Another block of this launch has quit (a collective needs every block, so a
         launch that lost one must end whole to be relaunched, hold or not: at once), or the
         policy says the rank has been idle long enough and the host does not hold the
@@ -281,7 +305,8 @@ def make_daemon(policy):
         either this block sees the hold and stays, or the host sees the mark and launches
         the next daemon itself: never both missed. (A held block stays without marking:
         the host would take a passing mark for a quit. A block that saw the hold looks again
-        only after HOLD_CHECK_NS.)"""
+        only after HOLD_CHECK_NS times its rank's blocks: the rank reads it about once in
+        HOLD_CHECK_NS.)"""
         mark = ctl + CTL_QUITTING + block * 8
         if load_volatile(pool + P_BLOCK_QUITS) != st[S_QUITS0]:
             store_volatile(mark, 1)
@@ -289,7 +314,7 @@ def make_daemon(policy):
         if should_quit(params, _idle(st, pool)) == 0:
             return False
         t = now_ns()
-        if t - st[S_HOLD_SEEN] < HOLD_CHECK_NS:
+        if t - st[S_HOLD_SEEN] < HOLD_CHECK_NS * nblocks:
             return False
         if load_volatile(ctl + CTL_HOLD) != 0:
             st[S_HOLD_SEEN] = t
@@ -358,10 +383,8 @@ def make_daemon(policy):
                 take(st, act, akey, sh, params, ctl, pool, colls, tasks, queue, block,
                      nblocks, nranks, slot_bytes, f, coll, send, recv, prio)
         else:
-            t = now_ns()
-            if t < st[S_NEXT_POLL]:
+            if not _sq_turn(pool, sh[SH_NACT] > 0):
                 return
-            st[S_NEXT_POLL] = t + nblocks * SQ_POLL_NS
             entry = ctl + CTL_SQ + (f % SQ_CAP) * SQ_SIZE
             seq = load_acquire(entry + SQ_SEQ)
             while seq == f + 1 and f < limit:
@@ -379,12 +402,12 @@ def make_daemon(policy):
                      nblocks, nranks, slot_bytes, f, coll, send, recv, prio)
             if f != st[S_FRONTIER]:
                 atomic_max_gpu(pool + P_SQ_SEEN, f)   # release: the copies before it
+            store_volatile(pool + P_SQ_NEXT_POLL, now_ns() + SQ_POLL_NS)   # the turn is over
         if f != st[S_FRONTIER]:
             st[S_FRONTIER] = f
             _progress(st, pool)   # new work is activity: a block with no share of it must
             #                       stay to complete it, not quit
             store_volatile(pool + P_SQ_FRONTIER + block * 8, f)
-            store_volatile(_status(ctl, block) + BS_FRONTIER, f)
 
     @cuda.jit(device=True)
     def load_task(st, pool, colls, tasks, params, coll, block, nranks, slot_bytes, is_head):
@@ -451,19 +474,23 @@ def make_daemon(policy):
                     t = now_ns()
                     if t - st[S_ABORT_SEEN] >= ABORT_CHECK_NS:
                         st[S_ABORT_SEEN] = t
-                        if load_volatile(ctl + CTL_ABORT) != 0:
+                        if abort_seen(ctl + CTL_ABORT, pool + P_ABORT):
                             sh[SH_CMD] = CMD_EXIT
                             return
                     absorb(st, act, akey, sh, params, ctl, pool, colls, tasks, queue, block,
                            nblocks, nranks, slot_bytes, limit)
                     if sh[SH_NACT] == 0:
-                        if _may_quit(st, params, ctl, pool, block):
+                        # A launch with a limit (the launch-per-call baseline) quits once
+                        # idle, and its siblings count on this block's share of every run
+                        # up to the limit: it takes them all first, at its rank's SQ turn.
+                        if ((limit == NO_LIMIT or st[S_FRONTIER] >= limit)
+                                and _may_quit(st, params, ctl, pool, block, nblocks)):
                             sh[SH_CMD] = CMD_EXIT
                             return
                         backoff()
                         continue
                 if st[S_POS] >= sh[SH_NACT]:    # the pass is over
-                    if _may_quit(st, params, ctl, pool, block):
+                    if _may_quit(st, params, ctl, pool, block, nblocks):
                         sh[SH_CMD] = CMD_EXIT
                         return
                     st[S_POS] = 0
@@ -499,11 +526,13 @@ def make_daemon(policy):
                                                    mine + CONN_HEAD, need_head):
                 _publish_cq(st, sh, ctl)     # held completions must not wait for a peer
             waited = spin_wait(mine + CONN_TAIL, need_tail, mine + CONN_HEAD, need_head,
-                               min(budget, QUICK_WAIT_NS), ctl + CTL_ABORT, st[S_LOCAL])
+                               min(budget, QUICK_WAIT_NS), ctl + CTL_ABORT, pool + P_ABORT,
+                               st[S_LOCAL])
             if waited == SPIN_PREEMPT and budget > QUICK_WAIT_NS:
                 _publish(st, status, waits)   # a long wait: let the watchdog see it
                 waited = spin_wait(mine + CONN_TAIL, need_tail, mine + CONN_HEAD, need_head,
-                                   budget - QUICK_WAIT_NS, ctl + CTL_ABORT, st[S_LOCAL])
+                                   budget - QUICK_WAIT_NS, ctl + CTL_ABORT, pool + P_ABORT,
+                                   st[S_LOCAL])
                 if waited >= 0:
                     waited += QUICK_WAIT_NS
             if waited == SPIN_ABORT:
@@ -574,18 +603,20 @@ def make_daemon(policy):
 
     @cuda.jit(device=True)
     def start(st, act, akey, sh, params, ctl, pool, tasks, block):
-        """Thread 0 at launch: rebuild the sorted task list from the saved contexts."""
+        """Thread 0 at launch: rebuild the sorted task list from the saved contexts and
+        counters (device memory: a launch of many blocks reading host memory would queue
+        its reads one behind another)."""
         for i in range(S_WORDS):
             st[i] = 0
         st[S_CUR] = -1
         st[S_IDLE_SINCE] = now_ns()
-        st[S_NEXT_POLL] = st[S_IDLE_SINCE] + block * SQ_POLL_NS   # the blocks' polls spread
-        st[S_LOCAL] = load_volatile(ctl + CTL_PEERS_LOCAL)
+        st[S_LOCAL] = load_volatile(pool + P_PEERS_LOCAL)
         st[S_FRONTIER] = load_volatile(pool + P_SQ_FRONTIER + block * 8)
-        status = _status(ctl, block)
-        st[S_COMPLETED] = load_volatile(status + BS_COMPLETED)
-        st[S_PREEMPTIONS] = load_volatile(status + BS_PREEMPTIONS)
-        st[S_PROGRESS] = load_volatile(status + BS_PROGRESS)
+        counts = pool + P_COUNTS + block * BC_SIZE
+        st[S_COMPLETED] = load_volatile(counts + BC_COMPLETED)
+        st[S_PREEMPTIONS] = load_volatile(counts + BC_PREEMPTIONS)
+        st[S_PROGRESS] = load_volatile(counts + BC_PROGRESS)
+        st[S_EXITS] = load_volatile(counts + BC_EXITS)
         st[S_TRACE_HEAD] = load_volatile(pool + P_TRACE_HEAD + block * 8)
         store_volatile(ctl + CTL_QUITTING + block * 8, 0)
         st[S_QUITS0] = load_volatile(pool + P_BLOCK_QUITS)   # blocks start together; none
@@ -619,7 +650,7 @@ def make_daemon(policy):
                          MAX_COLLS * (RUNS - 1) * QUEUE_WORDS, np.int64)
         if tid == 0:
             for i in range(PARAM_SLOTS):
-                params[i] = load_volatile(ctl + CTL_PARAMS + i * 8)
+                params[i] = load_volatile(pool + P_PARAMS + i * 8)
             start(st, act, akey, sh, params, ctl, pool, tasks, block)
         cuda.syncthreads()
         while True:
@@ -639,9 +670,14 @@ def make_daemon(policy):
             _publish_cq(st, sh, ctl)
             atomic_add_gpu(pool + P_BLOCK_QUITS, 1)
             _trace(st, pool, block, EV_QUIT, -1, 0, 0, 0)
+            counts = pool + P_COUNTS + block * BC_SIZE    # for the next launch
+            store_volatile(counts + BC_COMPLETED, st[S_COMPLETED])
+            store_volatile(counts + BC_PREEMPTIONS, st[S_PREEMPTIONS])
+            store_volatile(counts + BC_PROGRESS, st[S_PROGRESS])
+            store_volatile(counts + BC_EXITS, st[S_EXITS] + 1)
             status = _status(ctl, block)
             store_volatile(status + BS_PROGRESS, st[S_PROGRESS])
-            store_volatile(status + BS_EXITS, load_volatile(status + BS_EXITS) + 1)
+            store_volatile(status + BS_EXITS, st[S_EXITS] + 1)
 
     return daemon
 

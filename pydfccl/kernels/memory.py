@@ -38,6 +38,7 @@ __all__ = [
     "atomic_add",
     "atomic_add_gpu",
     "atomic_max_gpu",
+    "atomic_cas_gpu",
     "fence_sys",
     "fence_gpu",
     "backoff",
@@ -115,6 +116,16 @@ if SIMULATOR:
             cell = ctypes.c_int64.from_address(int(addr))
             old = cell.value
             cell.value = max(old, int(value))
+            return old
+
+    def atomic_cas_gpu(addr, expected, value):
+        """Writes ``value`` to the int64 at ``addr`` if it holds ``expected``; returns the
+        old value (equal to ``expected`` when the write happened)."""
+        with _atomic_lock:
+            cell = ctypes.c_int64.from_address(int(addr))
+            old = cell.value
+            if old == int(expected):
+                cell.value = int(value)
             return old
 
     def fence_sys():
@@ -300,6 +311,17 @@ else:
     atomic_add = _atomic("atom.add.acq_rel.sys.u64 $0, [$1], $2;")
     atomic_add_gpu = _atomic("atom.add.acq_rel.gpu.u64 $0, [$1], $2;")
     atomic_max_gpu = _atomic("atom.max.acq_rel.gpu.s64 $0, [$1], $2;")
+
+    @intrinsic
+    def atomic_cas_gpu(typingctx, addr, expected, value):
+        """Compare-and-swap of the int64 at an address, at GPU scope; returns the old value."""
+        def codegen(context, builder, sig, args):
+            exp = context.cast(builder, args[1], sig.args[1], types.int64)
+            value = context.cast(builder, args[2], sig.args[2], types.int64)
+            return _asm(builder, "atom.cas.acq_rel.gpu.b64 $0, [$1], $2, $3;",
+                        "=l,l,l,l,~{memory}", [args[0], exp, value], _i64)
+
+        return types.int64(addr, expected, value), codegen
 
     @intrinsic
     def fence_sys(typingctx):

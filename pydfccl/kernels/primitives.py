@@ -24,8 +24,8 @@ after the division of ``avg``, as NCCL does (``numerics.py``).
 import numpy as np
 from numba import cuda
 
-from .memory import (as_array, backoff, fence_gpu, fence_sys, lane, load16, load_volatile,
-                     now_ns, store16, with_lane)
+from .memory import (as_array, atomic_cas_gpu, backoff, fence_gpu, fence_sys, lane, load16,
+                     load_volatile, now_ns, store16, store_volatile, with_lane)
 from .numerics import (bfloat16_to_float32, float16_to_float32, float32_to_bfloat16,
                        float32_to_float16)
 from ..codes import DTYPES, OPS
@@ -33,7 +33,8 @@ from ..codes import DTYPES, OPS
 __all__ = [
     "F_RECV", "F_USER_IN", "F_SEND", "F_USER_OUT", "F_POSTDIV",
     "SEND", "RECV_REDUCE_SEND", "RECV_REDUCE_COPY_SEND", "RECV_COPY_SEND", "RECV", "COPY",
-    "SPIN_PREEMPT", "SPIN_ABORT", "fence", "ready_now", "spin_wait", "move",
+    "SPIN_PREEMPT", "SPIN_ABORT", "ABORT_LOOK_NS", "abort_seen", "fence", "ready_now",
+    "spin_wait", "move",
 ]
 
 F_RECV = 1
@@ -52,6 +53,7 @@ COPY = F_USER_IN | F_USER_OUT | F_POSTDIV
 SPIN_PREEMPT = -1
 SPIN_ABORT = -2
 ABORT_CHECK_MASK = 1023   # look at the abort word every 1024 spins
+ABORT_LOOK_NS = 100_000   # one block of a rank reads the host's abort word this often
 
 OP_SUM, OP_PROD, OP_MAX, OP_MIN, OP_AVG = (OPS[k] for k in ("sum", "prod", "max", "min", "avg"))
 
@@ -80,14 +82,34 @@ def ready_now(tail_addr, need_tail, head_addr, need_head):
 
 
 @cuda.jit(device=True)
-def spin_wait(tail_addr, need_tail, head_addr, need_head, budget_ns, abort_addr, local):
+def abort_seen(abort_host, abort_seen_at):
+    """Whether the host has set its abort word ``abort_host`` (mapped host memory), as the
+    rank's blocks share it in device memory: ``abort_seen_at`` holds 1 once one of them saw
+    it set, and the word after it when a block may next read the host's word. Host reads
+    queue behind one another across the GPU (layout.py), so a rank makes one every
+    ABORT_LOOK_NS, whichever block wins the turn, instead of one per block."""
+    if load_volatile(abort_seen_at) != 0:
+        return True
+    t = now_ns()
+    due = load_volatile(abort_seen_at + 8)
+    if t < due or atomic_cas_gpu(abort_seen_at + 8, due, t + ABORT_LOOK_NS) != due:
+        return False
+    if load_volatile(abort_host) == 0:
+        return False
+    store_volatile(abort_seen_at, 1)
+    return True
+
+
+@cuda.jit(device=True)
+def spin_wait(tail_addr, need_tail, head_addr, need_head, budget_ns, abort_host, abort_seen_at,
+              local):
     """The one wait loop. Waits until ``*tail_addr >= need_tail`` and
     ``*head_addr >= need_head`` (a need <= 0 is already met), polling with volatile loads;
     once both are met, a fence makes it an acquire (the peer wrote its data, then a fence,
     then the flag).
 
     Returns the nanoseconds waited (>= 0) when ready, SPIN_PREEMPT when the budget
-    ``budget_ns`` ran out, SPIN_ABORT when the host set the abort word.
+    ``budget_ns`` ran out, SPIN_ABORT when the host set the abort word (``abort_seen``).
     """
     start = now_ns()
     spins = 0
@@ -101,7 +123,7 @@ def spin_wait(tail_addr, need_tail, head_addr, need_head, budget_ns, abort_addr,
             return SPIN_PREEMPT
         spins += 1
         if (spins & ABORT_CHECK_MASK) == 0:
-            if load_volatile(abort_addr) != 0:
+            if abort_seen(abort_host, abort_seen_at):
                 return SPIN_ABORT
         backoff()
 

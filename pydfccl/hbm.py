@@ -29,6 +29,7 @@ from . import platform
 from .codes import COLLECTIVE_KINDS, KINDS
 from .kernels.primitives import F_RECV, F_SEND, F_USER_IN, F_USER_OUT
 from .kernels.ring import channel_count
+from .world import machine_sizes
 
 __all__ = ["rank_traffic", "hbm_bytes", "all_reduce_hbm_bytes", "copy_bandwidth",
            "copy_bandwidths", "host_function"]
@@ -62,16 +63,6 @@ def _plan():
             host_function(plans.loop_elems), host_function(ring.channel_span))
 
 
-def _world_sizes(nranks: int, nblocks: int | None, slot_bytes: int | None) -> tuple[int, int]:
-    if nblocks is None or slot_bytes is None:
-        from .world import WorldConfig
-
-        cfg = WorldConfig(nranks, simulator=platform.SIMULATOR or not platform.gpu_available())
-        nblocks = cfg.nblocks if nblocks is None else nblocks
-        slot_bytes = cfg.slot_bytes if slot_bytes is None else slot_bytes
-    return nblocks, slot_bytes
-
-
 def rank_traffic(kind: str, rank: int, nranks: int, count: int, itemsize: int = 4, *,
                  root: int = 0, nblocks: int | None = None, slot_bytes: int | None = None,
                  every_loop: bool = False) -> tuple[int, int]:
@@ -85,7 +76,7 @@ def rank_traffic(kind: str, rank: int, nranks: int, count: int, itemsize: int = 
     walked. ``every_loop=True`` walks them all, as a check."""
     plan_step, steps_per_loop, loop_elems, channel_span = _plan()
     code = KINDS[kind]
-    nblocks, slot_bytes = _world_sizes(nranks, nblocks, slot_bytes)
+    nblocks, slot_bytes = machine_sizes(nranks, nblocks, slot_bytes)
     slot_elems = slot_bytes // itemsize
     loop_size = loop_elems(code, nranks, slot_elems)
     nchannels = channel_count(kind == "all_reduce", count, itemsize, nranks, nblocks,

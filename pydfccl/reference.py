@@ -55,14 +55,10 @@ def ring_order(kind: str, elems: int, nranks: int, root: int = 0, *, itemsize: i
         return (np.arange(elems) // (elems // nranks) + 1) % nranks
     if kind != "all_reduce":
         raise ValueError(f"{kind!r} does not reduce")
-    if nblocks is None or slot_bytes is None:
-        from . import platform
-        from .world import WorldConfig
-
-        cfg = WorldConfig(nranks, simulator=platform.SIMULATOR or not platform.gpu_available())
-        nblocks = cfg.nblocks if nblocks is None else nblocks
-        slot_bytes = cfg.slot_bytes if slot_bytes is None else slot_bytes
     from .kernels.ring import channel_count
+    from .world import machine_sizes
+
+    nblocks, slot_bytes = machine_sizes(nranks, nblocks, slot_bytes)
 
     loop_size = (slot_bytes // itemsize) * nranks
     nchannels = channel_count(True, elems, itemsize, nranks, nblocks, slot_bytes)

@@ -39,6 +39,20 @@ _DEFAULTS = {
 }
 
 
+def machine_sizes(nranks: int, nblocks: int | None = None,
+                  slot_bytes: int | None = None) -> tuple[int, int]:
+    """(nblocks, slot_bytes), each filled in when omitted with what a launch on this machine
+    takes by default (the simulator's where there is no GPU): for code that cuts data as
+    the daemon does (``reference.ring_order``, ``hbm.rank_traffic``)."""
+    if nblocks is None or slot_bytes is None:
+        from .platform import gpu_available
+
+        cfg = WorldConfig(nranks, simulator=SIMULATOR or not gpu_available())
+        nblocks = cfg.nblocks if nblocks is None else nblocks
+        slot_bytes = cfg.slot_bytes if slot_bytes is None else slot_bytes
+    return nblocks, slot_bytes
+
+
 @dataclass(frozen=True)
 class WorldConfig:
     """Sizes fixed for a job. Unset sizes take defaults that suit an H200 (GPU) or a quick

@@ -1,4 +1,4 @@
-"""The probe that runs without a GPU keeps working (the others need one)."""
+"""The probes that run without a GPU keep working, and a GPU-only one compiles."""
 
 import os
 import subprocess
@@ -46,3 +46,28 @@ def test_probe_big_summarizes_an_event_log(tmp_path):
            "4.0 us" in out.stdout
     assert "   loaded -> completed      4.0 (4)" in out.stdout
     assert "completed -> absorbed       7.5 (2)" in out.stdout
+
+
+def test_the_contention_probe_compiles_for_the_h200():
+    """GPU-only, but its kernel is checked here the way the daemon is: compiled to PTX for
+    sm_90 (in a process without the simulator), with the loads, stores and fences it times
+    (docs/benchmarks.md cites it)."""
+    script = f"""
+import importlib.util
+from numba import cuda
+from pydfccl.kernels.ptx import _without_driver
+spec = importlib.util.spec_from_file_location("probe", {str(SCRIPTS / "probe_contention.py")!r})
+probe = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(probe)
+with _without_driver((9, 0)):
+    ptx, _ = cuda.compile_ptx(probe.probe.py_func,
+                              "void(int64, int64, int64, int64, int64, int64[:])", cc=(9, 0))
+print(ptx)
+"""
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    for instruction in ("%globaltimer", "%clock64", "ld.volatile", "st.volatile",
+                        "fence.acq_rel.sys", "fence.acq_rel.gpu"):
+        assert instruction in out.stdout, instruction

@@ -15,7 +15,8 @@ import numpy as np
 
 from . import layout as L
 from .kernels.compiler import MAX_THREADS
-from .platform import SIMULATOR, DeviceBuffer, HostBuffer, PeerBuffer, ipc_handle
+from .platform import (SIMULATOR, DeviceBuffer, HostBuffer, PeerBuffer, gpu_available,
+                       ipc_handle)
 
 __all__ = ["WorldConfig", "World", "REPORT_BYTES", "new_segment"]
 
@@ -45,8 +46,6 @@ def machine_sizes(nranks: int, nblocks: int | None = None,
     takes by default (the simulator's where there is no GPU): for code that cuts data as
     the daemon does (``reference.ring_order``, ``hbm.rank_traffic``)."""
     if nblocks is None or slot_bytes is None:
-        from .platform import gpu_available
-
         cfg = WorldConfig(nranks, simulator=SIMULATOR or not gpu_available())
         nblocks = cfg.nblocks if nblocks is None else nblocks
         slot_bytes = cfg.slot_bytes if slot_bytes is None else slot_bytes
@@ -142,7 +141,7 @@ class World:
         self.pool_addr = [p.addr for p in self.pools]
         # Pools this process allocated are all on its one GPU: the daemons need only order
         # their memory at GPU scope. Pools of other processes may be on other GPUs, and the
-        # simulator's stand for them: system scope (the rows start zeroed).
+        # simulator's stand for them: system scope (the pools start zeroed).
         if pool_mem is None and ipc is None:
             for pool in self.pools:
                 pool.write(L.P_PEERS_LOCAL, np.ones(1, np.int64))

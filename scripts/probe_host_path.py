@@ -44,7 +44,7 @@ def _store(typingctx, addr, value):
     return types.void(types.int64, types.int64), codegen
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True)   # not cached: Numba's cache would keep layout.py's offsets of its day
 def echo(ctl, frontier, quit_after_ns):
     """Complete SQ entries from ``frontier`` on until none came for ``quit_after_ns``;
     return the new frontier."""

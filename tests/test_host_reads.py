@@ -1,5 +1,5 @@
-"""A rank's blocks share their reads of host memory, which queue behind one another across
-the GPU on the H200 (layout.py): the SQ's turn and the abort word, checked by calling the
+"""A rank's blocks share their reads of host memory, which queue behind one another on the
+H200 (layout.py): the SQ's turn and the abort word, checked by calling the
 two device functions that do it in a simulator process."""
 
 import workers

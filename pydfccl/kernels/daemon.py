@@ -14,8 +14,8 @@ quit), unless the host holds it (the control row's hold word: a stream of the ho
 a collective); once one block of a launch has exited the others follow at their next look,
 so the launch ends whole and soon, and the host relaunches it when work is outstanding.
 The rank's blocks share the SQ's polling: reads of host memory queue behind one another
-across the GPU, about 1.2 us for each read ahead (layout.py), so every read a block makes
-delays every other block's. A rank keeps at most one SQ read in flight, one every
+(about 1.2 us for each read ahead on the H200, layout.py), so a block's reads can delay
+every other block's. A rank keeps at most one SQ read in flight, one every
 SQ_POLL_NS at most, made by whichever block takes the turn (the pool's ``sq_next_poll``;
 idle blocks before busy ones), and the block that finds new entries copies them into
 device memory (the pool's ``sq_copy``) and posts how far it saw (``sq_seen``), where its
@@ -117,7 +117,7 @@ CQ_BATCH = 8
 CQ_HOLD_NS = 5_000
 SH_WORDS = SH_CQ_K + CQ_BATCH
 
-# Host memory is a PCIe round trip away, and reads of it queue across the GPU, so
+# Host memory is a PCIe round trip away, and reads of it queue (layout.py), so
 # the hot path and the idle loop avoid it: a block looks at the rank's abort flag (device
 # memory) every ABORT_CHECK_NS, reads a hold it saw again after HOLD_CHECK_NS times the
 # blocks of its rank, and writes its status row (what the watchdog reports) only when a wait

@@ -86,7 +86,7 @@ def abort_seen(abort_host, abort_seen_at):
     """Whether the host has set its abort word ``abort_host`` (mapped host memory), as the
     rank's blocks share it in device memory: ``abort_seen_at`` holds 1 once one of them saw
     it set, and the word after it when a block may next read the host's word. Host reads
-    queue behind one another across the GPU (layout.py), so a rank makes one every
+    queue behind one another (layout.py), so a rank makes one every
     ABORT_LOOK_NS, whichever block wins the turn, instead of one per block."""
     if load_volatile(abort_seen_at) != 0:
         return True

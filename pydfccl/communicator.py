@@ -37,6 +37,7 @@ from .hostspin import SPINS_PER_CALL, wait_for_stamp
 from .kernels.ring import channel_count
 from .progress import poller
 from .errors import AbortedError, DeadlockError, PydfcclError
+from .futures import CollectiveFuture
 from .log import logger
 from .reference import buffer_elems
 from .registry import LatePlacer, check_signatures, late_verdict, placement
@@ -72,41 +73,6 @@ class CollSpec:
         """The fields that must agree across ranks (priority is a per-rank preference)."""
         return dict(kind=self.kind, count=self.count, dtype=self.dtype, op=self.op,
                     root=self.root)
-
-
-class CollectiveFuture(Future):
-    """A Future whose ``result()`` helps: while it waits, the calling thread drains the
-    completion queue itself instead of waiting for the poller thread to wake it, which
-    saves a thread hand-off (tens of microseconds in Python) per collective."""
-
-    SPIN_SECONDS = platform.WAIT_SPIN_SECONDS   # then a blocking wait on the poller
-
-    def __init__(self, comm):
-        super().__init__()
-        self._comm = comm
-        self.has_callbacks = False   # a callback may free device memory where it runs
-        self.finished = False        # set before the result: a waiting thread reads it
-        #                              without done()'s lock
-
-    def set_result(self, result):
-        self.finished = True
-        super().set_result(result)
-
-    def set_exception(self, exception):
-        self.finished = True
-        super().set_exception(exception)
-
-    def add_done_callback(self, fn):
-        self.has_callbacks = True
-        super().add_done_callback(fn)
-
-    def result(self, timeout=None):
-        self._comm._help_until_done(self, timeout)
-        return super().result(timeout)
-
-    def exception(self, timeout=None):
-        self._comm._help_until_done(self, timeout)
-        return super().exception(timeout)
 
 
 _daemons = {}
@@ -354,7 +320,8 @@ class Communicator:
 
         Returns a Future whose result is ``recv``; errors (deadlock, abort) raise there.
         """
-        self._require("started", "run")
+        if self._state != "started":
+            self._require("started", "run")
         if coll_id not in self._specs:
             raise ValueError(f"unknown collective {coll_id!r}; prepared: {sorted(self._specs)}")
         spec = self._specs[coll_id]
@@ -365,8 +332,7 @@ class Communicator:
         send_addr = self._check_buffer(send, spec, "send", send_elems)
         recv_addr = self._check_buffer(recv, spec, "recv", recv_elems)
         prio = spec.priority if priority is None else int(priority)
-        future = CollectiveFuture(self)
-        future.set_running_or_notify_cancel()
+        future = CollectiveFuture(self, running=True)
         index = self._index[coll_id]
         with self._lock:
             if self._error is None and self._abort_word[0]:
@@ -860,7 +826,7 @@ class Communicator:
                 future, buffers = self._inflight[index].popleft()
                 self._completed += 1
                 self._completed_word[0] = self._completed
-                resubmitted = self._submit_waiting(index) > 0
+                resubmitted = bool(self._pending[index]) and self._submit_waiting(index) > 0
                 if not self.persistent and not self._outstanding() and not self._holds:
                     self._let_frees_go()     # no kernel of this rank waits for a peer
             if resubmitted and not self.persistent:
@@ -879,10 +845,12 @@ class Communicator:
         happen here when the user dropped a run's buffers (this holds their last reference),
         in a done-callback, or under a daemon that never quits; only then are Numba's frees
         held (``platform.deferred_frees``), which costs microseconds per completion."""
-        dropped = [dropped_by_user(buffers) for _, _, buffers in done]  # before set_result,
-        #                                                                   which holds recv
-        risky = (not self.policy.quits or any(dropped)
-                 or any(future.has_callbacks for _, future, _ in done))
+        risky = not self.policy.quits
+        dropped = []
+        for _, future, buffers in done:
+            roles = dropped_by_user(buffers)    # before set_result, which holds recv
+            dropped.append(roles)
+            risky = risky or future.has_callbacks or bool(roles)
         with platform.deferred_frees() if risky else nullcontext():
             for (index, future, buffers), roles in zip(done, dropped):
                 for role in roles:

@@ -33,17 +33,23 @@ def main(iters=3000, nranks=2):
     stamps = [world.ctl["cq"]["stamp"][r] for r in range(nranks)]
     run_us, seen_us, done_us = (np.empty(iters) for _ in range(3))
     for i in range(iters + 200):
+        marks = [("host: submit begins", time.time_ns())]
         t0 = time.perf_counter()
-        futs = [c.run(0, x, y) for c, x, y in zip(comms, xs, ys)]
+        futs = []
+        for r, (c, x, y) in enumerate(zip(comms, xs, ys)):
+            futs.append(c.run(0, x, y))
+            marks.append((f"host: rank {r}'s run() returned", time.time_ns()))
         t1 = time.perf_counter()
         k = i    # each iteration completes one CQ entry per rank
-        for s in stamps:   # watched without the GIL, so the poller is not held off
+        for r, s in enumerate(stamps):   # watched without the GIL: the poller is not held off
             while not wait_for_stamp(s.ctypes.data + (k % L.CQ_CAP) * s.strides[0], k + 1,
                                      SPINS_PER_CALL):
                 pass
+            marks.append((f"host: rank {r}'s CQ stamp seen", time.time_ns()))
         t2 = time.perf_counter()
-        for f in futs:
+        for r, f in enumerate(futs):
             f.result(timeout=30)
+            marks.append((f"host: rank {r}'s result() returned", time.time_ns()))
         t3 = time.perf_counter()
         if i >= 200:
             j = i - 200
@@ -65,10 +71,15 @@ def main(iters=3000, nranks=2):
     t_end = max(e["t_ns"] for e in last)
     window = sorted((e for e in last if e["t_ns"] > t_end - 75_000 * nranks),
                     key=lambda e: e["t_ns"])
-    print("the last runs, as the daemons logged them (us before the last event):")
-    for e in window[-12 * nranks:]:
-        print(f"  {(e['t_ns'] - t_end) / 1e3:8.1f}  rank {e['rank']} block {e['block']} "
+    print("the last runs, as the daemons logged them (us before the last event), with the "
+          "host's marks of the last run (time.time_ns(); %globaltimer counts from the same "
+          "epoch if the driver keeps it so, which the order of the lines shows):")
+    lines = [((e["t_ns"] - t_end) / 1e3, f"rank {e['rank']} block {e['block']} "
               f"{e['event']:<10} coll {e['coll']} step {e['step']}")
+             for e in window[-12 * nranks:]]
+    lines += [((t - t_end) / 1e3, what) for what, t in marks]
+    for t, what in sorted(lines):
+        print(f"  {t:8.1f}  {what}")
     launches = [c.stats()["launches"] for c in comms]
     for c in comms:
         c.close()

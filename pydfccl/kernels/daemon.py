@@ -39,11 +39,11 @@ from numba import cuda
 from .. import layout as L
 from ..sched.policies import PARAM_SLOTS
 from .compiler import daemon_kernel
-from .memory import (as_array, atomic_add_gpu, atomic_cas_gpu, atomic_max_gpu, backoff,
-                     fence_gpu, fence_sys, load16, load_acquire, load_volatile, now_ns, sm_id,
-                     store16, store_volatile)
+from .memory import (as_array, atomic_add_gpu, atomic_max_gpu, backoff, fence_gpu, fence_sys,
+                     load16, load_acquire, load_volatile, now_ns, sm_id, store16,
+                     store_volatile)
 from .primitives import (F_POSTDIV, F_RECV, F_SEND, SPIN_ABORT, SPIN_PREEMPT, abort_seen,
-                         fence, move, ready_now, spin_wait)
+                         fence, move, ready_now, spin_wait, take_turn)
 from .plans import ALL_TO_ALL, loop_elems, plan_step, step_peers, steps_per_loop
 from .ring import channel_span
 
@@ -233,11 +233,7 @@ def _sq_turn(pool, busy):
     for a block that has tasks of its own, so that idle blocks poll while there are any),
     and this block took it. The taker pushes ``sq_next_poll`` out until its read is done
     (``absorb`` then sets it SQ_POLL_NS ahead): one SQ read in flight per rank."""
-    t = now_ns()
-    due = load_volatile(pool + P_SQ_NEXT_POLL)
-    if t < due + (SQ_POLL_BUSY_NS if busy else 0):
-        return False
-    return atomic_cas_gpu(pool + P_SQ_NEXT_POLL, due, t + SQ_POLL_HELD_NS) == due
+    return take_turn(pool + P_SQ_NEXT_POLL, SQ_POLL_BUSY_NS if busy else 0, SQ_POLL_HELD_NS)
 
 
 @cuda.jit(device=True)

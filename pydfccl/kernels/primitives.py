@@ -33,7 +33,7 @@ from ..codes import DTYPES, OPS
 __all__ = [
     "F_RECV", "F_USER_IN", "F_SEND", "F_USER_OUT", "F_POSTDIV",
     "SEND", "RECV_REDUCE_SEND", "RECV_REDUCE_COPY_SEND", "RECV_COPY_SEND", "RECV", "COPY",
-    "SPIN_PREEMPT", "SPIN_ABORT", "ABORT_LOOK_NS", "abort_seen", "fence", "ready_now",
+    "SPIN_PREEMPT", "SPIN_ABORT", "ABORT_LOOK_NS", "take_turn", "abort_seen", "fence", "ready_now",
     "spin_wait", "move",
 ]
 
@@ -82,6 +82,19 @@ def ready_now(tail_addr, need_tail, head_addr, need_head):
 
 
 @cuda.jit(device=True)
+def take_turn(due_at, slack_ns, hold_ns):
+    """Whether this block takes a turn that its rank's blocks share: the time in the device
+    word ``due_at`` is ``slack_ns`` past, and this block's compare-and-swap moved it
+    ``hold_ns`` ahead before a sibling's did. Reads of host memory queue behind one another
+    (layout.py), so a rank's blocks take turns at the host words they all watch."""
+    t = now_ns()
+    due = load_volatile(due_at)
+    if t < due + slack_ns:
+        return False
+    return atomic_cas_gpu(due_at, due, t + hold_ns) == due
+
+
+@cuda.jit(device=True)
 def abort_seen(abort_host, abort_seen_at):
     """Whether the host has set its abort word ``abort_host`` (mapped host memory), as the
     rank's blocks share it in device memory: ``abort_seen_at`` holds 1 once one of them saw
@@ -90,9 +103,7 @@ def abort_seen(abort_host, abort_seen_at):
     ABORT_LOOK_NS, whichever block wins the turn, instead of one per block."""
     if load_volatile(abort_seen_at) != 0:
         return True
-    t = now_ns()
-    due = load_volatile(abort_seen_at + 8)
-    if t < due or atomic_cas_gpu(abort_seen_at + 8, due, t + ABORT_LOOK_NS) != due:
+    if not take_turn(abort_seen_at + 8, 0, ABORT_LOOK_NS):
         return False
     if load_volatile(abort_host) == 0:
         return False

@@ -237,6 +237,34 @@ def _sq_turn(pool, busy):
 
 
 @cuda.jit(device=True)
+def _copy_sq(ctl, pool, f, limit):
+    """At the rank's SQ turn: copy the SQ's entries from ``f`` on (up to entry ``limit``)
+    into the pool's ``sq_copy`` and raise ``sq_seen`` past them, before any is taken, so
+    that the block with a run's share learns of it as soon as the block that read it (on
+    the H200 at 15:32 and 15:45, 2026-11-30, a sibling took a run 2.5 to 3 us after the
+    reader when the copies were published after the reader had taken them). Returns the
+    new ``sq_seen``."""
+    first = f
+    entry = ctl + CTL_SQ + (f % SQ_CAP) * SQ_SIZE
+    seq = load_acquire(entry + SQ_SEQ)
+    while seq == f + 1 and f < limit:
+        # Plain 16-byte loads after the acquire: the two, and the next entry's sequence
+        # word, cross PCIe together.
+        coll, send = load16(entry + SQ_COLL)
+        recv, prio = load16(entry + SQ_RECV)
+        entry = ctl + CTL_SQ + ((f + 1) % SQ_CAP) * SQ_SIZE
+        seq = load_acquire(entry + SQ_SEQ)
+        c = pool + P_SQ_COPY + (f % SQ_CAP) * SQ_COPY_SIZE
+        store16(c + SC_COLL, coll, send)
+        store16(c + SC_RECV, recv, prio)
+        f += 1
+    if f != first:
+        atomic_max_gpu(pool + P_SQ_SEEN, f)   # release: the copies before it
+    store_volatile(pool + P_SQ_NEXT_POLL, now_ns() + SQ_POLL_NS)   # the turn is over
+    return f
+
+
+@cuda.jit(device=True)
 def _publish_cq(st, sh, ctl):
     """Stamp the CQ entries this block held back. One system fence orders every held
     entry's collective word (and the runs' data) before the stamps, which the host reads
@@ -362,43 +390,26 @@ def make_daemon(policy):
     @cuda.jit(device=True)
     def absorb(st, act, akey, sh, params, ctl, pool, colls, tasks, queue, block, nblocks,
                nranks, slot_bytes, limit):
-        """Take new SQ entries, up to entry ``limit``. Entries a sibling has seen come from
-        its copy in device memory (``sq_copy``, below ``sq_seen``); the SQ itself (host
-        memory, each read a PCIe round trip) is read only at this block's turn to poll, and
-        the block that reads it copies what it found for the others."""
+        """Take new SQ entries, up to entry ``limit``, from their copies in device memory
+        (``sq_copy``, below ``sq_seen``). The SQ itself (host memory, each read a PCIe round
+        trip) is read only at the rank's turn to poll, by the block that takes the turn,
+        which copies what it found for all (``_copy_sq``)."""
         f = st[S_FRONTIER]
         seen = load_volatile(pool + P_SQ_SEEN)
         if seen > f:
             fence_gpu()          # the copies were written before sq_seen was raised
-            last = min(seen, limit)
-            while f < last:
-                c = pool + P_SQ_COPY + (f % SQ_CAP) * SQ_COPY_SIZE
-                coll, send = load16(c + SC_COLL)
-                recv, prio = load16(c + SC_RECV)
-                f += 1
-                take(st, act, akey, sh, params, ctl, pool, colls, tasks, queue, block,
-                     nblocks, nranks, slot_bytes, f, coll, send, recv, prio)
+        elif _sq_turn(pool, sh[SH_NACT] > 0):
+            seen = _copy_sq(ctl, pool, f, limit)
         else:
-            if not _sq_turn(pool, sh[SH_NACT] > 0):
-                return
-            entry = ctl + CTL_SQ + (f % SQ_CAP) * SQ_SIZE
-            seq = load_acquire(entry + SQ_SEQ)
-            while seq == f + 1 and f < limit:
-                # Plain 16-byte loads after the acquire: the two, and the next entry's
-                # sequence word, cross PCIe together.
-                coll, send = load16(entry + SQ_COLL)
-                recv, prio = load16(entry + SQ_RECV)
-                entry = ctl + CTL_SQ + ((f + 1) % SQ_CAP) * SQ_SIZE
-                seq = load_acquire(entry + SQ_SEQ)
-                c = pool + P_SQ_COPY + (f % SQ_CAP) * SQ_COPY_SIZE
-                store16(c + SC_COLL, coll, send)
-                store16(c + SC_RECV, recv, prio)
-                f += 1
-                take(st, act, akey, sh, params, ctl, pool, colls, tasks, queue, block,
-                     nblocks, nranks, slot_bytes, f, coll, send, recv, prio)
-            if f != st[S_FRONTIER]:
-                atomic_max_gpu(pool + P_SQ_SEEN, f)   # release: the copies before it
-            store_volatile(pool + P_SQ_NEXT_POLL, now_ns() + SQ_POLL_NS)   # the turn is over
+            return
+        last = min(seen, limit)
+        while f < last:
+            c = pool + P_SQ_COPY + (f % SQ_CAP) * SQ_COPY_SIZE
+            coll, send = load16(c + SC_COLL)
+            recv, prio = load16(c + SC_RECV)
+            f += 1
+            take(st, act, akey, sh, params, ctl, pool, colls, tasks, queue, block,
+                 nblocks, nranks, slot_bytes, f, coll, send, recv, prio)
         if f != st[S_FRONTIER]:
             st[S_FRONTIER] = f
             _progress(st, pool)   # new work is activity: a block with no share of it must

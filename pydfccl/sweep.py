@@ -500,8 +500,11 @@ def main(argv: list[str]) -> int:
     if driver == "one" and not one_possible:
         print("bench: --driver one needs a GPU and the threads backend", file=sys.stderr)
         return 2
-    print(f"# pydfccl bench on the {where}: {opts.coll}, {opts.nranks} ranks, {driver} "
-          f"driver, policy "
+    drivers = {"one": "one thread driving every rank",
+               "threads": f"a thread or process per rank ({args.backend or default_backend()} "
+                          "backend)"}
+    print(f"# pydfccl bench on the {where}: {opts.coll}, {opts.nranks} ranks, "
+          f"{drivers[driver]}, policy "
           f"{opts.policy}" + "".join(f" {k}={v}" for k, v in opts.params.items())
           + f", {opts.iters} runs per size after {opts.warmup} warm-up"
           + "".join(f", {k} {v}" for k, v in opts.world.items()))

@@ -29,7 +29,7 @@ for s in $stages; do
     demo8_nccl) stage demo8_nccl 45 $PY -m pydfccl demo -n 8 -k 8 -i 200 --policy nccl --no-progress ;;
     demo4_sync) stage demo4_sync 80 $PY -m pydfccl demo -n 4 -k 8 -i 20 --sync device --no-progress ;;
     demo8_sync) stage demo8_sync 100 $PY -m pydfccl demo -n 8 -k 8 -i 20 --sync device --no-progress ;;
-    bench)      stage bench 60 $PY -m pydfccl bench latency -n 2 --iters 10000 ;;
+    bench)      stage bench 120 env PYDFCCL_DEADLOCK_STACKS=1 $PY -m pydfccl bench latency -n 2 --iters 10000 ;;
     bench1)     stage bench1 60 $PY -m pydfccl bench latency -n 1 --iters 3000 ;;
     many4)      stage many4 120 env PYDFCCL_DEADLOCK_STACKS=1 $PY -m pydfccl bench latency -n 4 -k 64 -c 1024 --iters 200 -w 20 ;;
     many4_conn) # the same with 32 hardware work queues (CUDA's default is 8; streams beyond

@@ -88,7 +88,7 @@ def test_bench_sweeps_sizes_in_nccl_tests_form(tmp_path, capsys):
     assert "preempt" in out and "launches" in out
     assert out_csv.read_text().splitlines()[0].startswith("mode,size,count")
     assert bus_factor("all_reduce", 4) == 1.5 and bus_factor("broadcast", 4) == 1.0
-    assert "threads driver" in out                  # the simulator: a process per rank
+    assert "a thread or process per rank (processes backend)" in out   # the simulator
 
 
 def test_bench_driver_one_needs_a_gpu_and_the_threads_backend(capsys):

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import Future
-from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING, RUNNING
+from concurrent.futures._base import (CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING,
+                                      RUNNING)
 
 from . import platform
 

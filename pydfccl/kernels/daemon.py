@@ -232,7 +232,7 @@ def _sq_turn(pool, busy):
     """Whether this block reads the SQ now: the rank's turn is due (SQ_POLL_BUSY_NS overdue
     for a block that has tasks of its own, so that idle blocks poll while there are any),
     and this block took it. The taker pushes ``sq_next_poll`` out until its read is done
-    (``absorb`` then sets it SQ_POLL_NS ahead): one SQ read in flight per rank."""
+    (``_copy_sq`` then sets it SQ_POLL_NS ahead): one SQ read in flight per rank."""
     return take_turn(pool + P_SQ_NEXT_POLL, SQ_POLL_BUSY_NS if busy else 0, SQ_POLL_HELD_NS)
 
 
@@ -240,10 +240,10 @@ def _sq_turn(pool, busy):
 def _copy_sq(ctl, pool, f, limit):
     """At the rank's SQ turn: copy the SQ's entries from ``f`` on (up to entry ``limit``)
     into the pool's ``sq_copy`` and raise ``sq_seen`` past them, before any is taken, so
-    that the block with a run's share learns of it as soon as the block that read it (on
-    the H200 at 15:32 and 15:45, 2026-11-30, a sibling took a run 2.5 to 3 us after the
-    reader when the copies were published after the reader had taken them). Returns the
-    new ``sq_seen``."""
+    that the block with a run's share learns of it with the block that read it (on the
+    H200, 2026-11-30, a sibling took a run 2.1 to 3.2 us after the reader when the copies
+    were published after the reader's own takes, 0.3 to 1.1 us since). Returns the new
+    ``sq_seen``."""
     first = f
     entry = ctl + CTL_SQ + (f % SQ_CAP) * SQ_SIZE
     seq = load_acquire(entry + SQ_SEQ)

@@ -33,8 +33,8 @@ from ..codes import DTYPES, OPS
 __all__ = [
     "F_RECV", "F_USER_IN", "F_SEND", "F_USER_OUT", "F_POSTDIV",
     "SEND", "RECV_REDUCE_SEND", "RECV_REDUCE_COPY_SEND", "RECV_COPY_SEND", "RECV", "COPY",
-    "SPIN_PREEMPT", "SPIN_ABORT", "ABORT_LOOK_NS", "take_turn", "abort_seen", "fence", "ready_now",
-    "spin_wait", "move",
+    "SPIN_PREEMPT", "SPIN_ABORT", "ABORT_LOOK_NS", "take_turn", "abort_seen", "fence",
+    "ready_now", "spin_wait", "move",
 ]
 
 F_RECV = 1

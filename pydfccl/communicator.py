@@ -320,8 +320,7 @@ class Communicator:
 
         Returns a Future whose result is ``recv``; errors (deadlock, abort) raise there.
         """
-        if self._state != "started":
-            self._require("started", "run")
+        self._require("started", "run")
         if coll_id not in self._specs:
             raise ValueError(f"unknown collective {coll_id!r}; prepared: {sorted(self._specs)}")
         spec = self._specs[coll_id]
@@ -826,7 +825,7 @@ class Communicator:
                 future, buffers = self._inflight[index].popleft()
                 self._completed += 1
                 self._completed_word[0] = self._completed
-                resubmitted = bool(self._pending[index]) and self._submit_waiting(index) > 0
+                resubmitted = self._submit_waiting(index) > 0
                 if not self.persistent and not self._outstanding() and not self._holds:
                     self._let_frees_go()     # no kernel of this rank waits for a peer
             if resubmitted and not self.persistent:

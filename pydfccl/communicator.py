@@ -34,6 +34,7 @@ from .buffers import BufferChecker, dropped_by_user
 from .codes import (OUT_OF_PLACE_ONLY, POINT_TO_POINT, dtype_code, kind_code,
                     normalize_dtype, op_code)
 from .hostspin import SPINS_PER_CALL, wait_for_stamp
+from .kernels.plans import table_kind
 from .kernels.ring import channel_count
 from .progress import poller
 from .errors import AbortedError, DeadlockError, PydfcclError
@@ -236,8 +237,9 @@ class Communicator:
         itemsize = np.dtype(spec.dtype).itemsize
         nchannels = channel_count(spec.kind == "all_reduce", spec.count, itemsize, self.nranks,
                                   cfg.nblocks, cfg.slot_bytes)
-        return (kind_code(spec.kind), dtype_code(spec.dtype), op_code(spec.op), spec.count,
-                spec.root, nchannels, itemsize, conn)
+        kind = table_kind(spec.kind, spec.count, itemsize, self.nranks, cfg.slot_bytes)
+        return (kind, dtype_code(spec.dtype), op_code(spec.op), spec.count, spec.root,
+                nchannels, itemsize, conn)
 
     def _prepare_late(self, spec: CollSpec) -> None:
         """Place ``spec``, write its table entry (the daemon reads it at the first run,

@@ -6,8 +6,9 @@ and step of one rank's share of a collective, and counts one chunk read for each
 step's ``F_RECV`` (the slot from the previous rank) and ``F_USER_IN`` (the input) and one
 chunk written for each of ``F_SEND`` (the next rank's slot) and ``F_USER_OUT`` (the output).
 :func:`hbm_bytes` adds it up over the ranks. When every rank is on one GPU, all of it is that
-GPU's memory. For all_reduce, S bytes per rank on n ranks, it is (6n-4)S
-(:func:`all_reduce_hbm_bytes`, the sum in docs/benchmarks.md). These are the bytes the
+GPU's memory. For all_reduce, S bytes per rank on n ranks, it is (6n-4)S through the ring
+(:func:`all_reduce_hbm_bytes`, the sum in docs/benchmarks.md) and n(3n-1)S one-shot
+(:func:`one_shot_hbm_bytes`; small messages, kernels/plans.py). These are the bytes the
 algorithm moves through global memory. They are not DRAM traffic measured by a counter: a
 slot that its reader takes soon after it was written, and any size that fits in the L2
 cache, may be served by the L2.
@@ -26,12 +27,14 @@ import types
 from functools import lru_cache
 
 from . import platform
-from .codes import COLLECTIVE_KINDS, KINDS
-from .kernels.primitives import F_RECV, F_SEND, F_USER_IN, F_USER_OUT
+from .codes import COLLECTIVE_KINDS
+from .kernels.plans import table_kind
+from .kernels.primitives import F_ALL, F_RECV, F_SEND, F_USER_IN, F_USER_OUT
 from .kernels.ring import channel_count
 from .world import machine_sizes
 
-__all__ = ["rank_traffic", "hbm_bytes", "all_reduce_hbm_bytes", "copy_bandwidth",
+__all__ = ["rank_traffic", "hbm_bytes", "all_reduce_hbm_bytes", "one_shot_hbm_bytes",
+           "copy_bandwidth",
            "copy_bandwidths", "host_function"]
 
 _HOST: dict = {}
@@ -75,8 +78,8 @@ def rank_traffic(kind: str, rank: int, nranks: int, count: int, itemsize: int = 
     last covers a whole loop and moves the same bytes, so only the first and the last are
     walked. ``every_loop=True`` walks them all, as a check."""
     plan_step, steps_per_loop, loop_elems, channel_span = _plan()
-    code = KINDS[kind]
     nblocks, slot_bytes = machine_sizes(nranks, nblocks, slot_bytes)
+    code = table_kind(kind, count, itemsize, nranks, slot_bytes)
     slot_elems = slot_bytes // itemsize
     loop_size = loop_elems(code, nranks, slot_elems)
     nchannels = channel_count(kind == "all_reduce", count, itemsize, nranks, nblocks,
@@ -89,8 +92,12 @@ def rank_traffic(kind: str, rank: int, nranks: int, count: int, itemsize: int = 
             flags, _, _, n = plan_step(code, rank, nranks, root, count, begin, end, loop, step,
                                        slot_elems)
             n = max(0, n)
-            reads += n * ((1 if flags & F_RECV else 0) + (1 if flags & F_USER_IN else 0))
-            writes += n * ((1 if flags & F_SEND else 0) + (1 if flags & F_USER_OUT else 0))
+            # a one-shot step sends its input to, or receives from, every other rank
+            fan = nranks - 1 if flags & F_ALL else 1
+            sent_input = flags & F_SEND and flags & F_USER_IN
+            reads += n * ((fan if flags & F_RECV else 0)
+                          + ((fan if sent_input else 1) if flags & F_USER_IN else 0))
+            writes += n * ((fan if flags & F_SEND else 0) + (1 if flags & F_USER_OUT else 0))
         return reads, writes
 
     reads = writes = 0
@@ -125,6 +132,13 @@ def all_reduce_hbm_bytes(nbytes: int, nranks: int) -> int:
     """The closed form for all_reduce through slots: (6n-4)S over n ranks of S bytes each
     (docs/benchmarks.md). For n = 1 it is a copy, 2S, which the formula also gives."""
     return (6 * nranks - 4) * nbytes
+
+
+def one_shot_hbm_bytes(nbytes: int, nranks: int) -> int:
+    """The closed form for a one-shot all_reduce: n(3n-1)S over n ranks of S bytes each.
+    A rank reads its input once for each of the n-1 peers and writes it to their lanes,
+    then reads the n inputs and writes the output: (2n-1)S read, nS written."""
+    return nranks * (3 * nranks - 1) * nbytes
 
 
 # -- the copy --------------------------------------------------------------------------------

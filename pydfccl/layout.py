@@ -29,7 +29,7 @@ __all__ = [
     "TRACE_KINDS", "BLOCK_STATUS", "SQ_ENTRY", "CQ_ENTRY", "REGISTRATION", "CTL_ROW",
     "COLL_ENTRY", "TASK", "SQ_COPY", "QUEUED_RUN", "BLOCK_COUNTS", "TRACE_EVENT",
     "POOL_HEADER",
-    "CONN_HEADER_BYTES", "conn_bytes", "pool_bytes", "word",
+    "CONN_HEADER_BYTES", "CONN_LANES", "conn_bytes", "pool_bytes", "word",
 ]
 
 MAX_COLLS = 128   # prepared collectives per communicator (bounds a shared-memory list)
@@ -192,9 +192,13 @@ POOL_HEADER = np.dtype([
     ("trace", TRACE_EVENT, (MAX_BLOCKS, TRACE_CAP)),
 ], align=True)
 
-CONN_HEADER_BYTES = 256    # tail word, then head word 128 bytes later (separate lines)
+CONN_HEADER_BYTES = 256    # tail words, then head words 128 bytes later (separate lines)
 CONN_TAIL = 0
 CONN_HEAD = 128
+# A connector has one sender and one tail and head word, except under a one-shot
+# all_reduce (kernels/plans.py): there the sender at distance k uses lane k - 1, the tail
+# and head words 8 * (k - 1) bytes on, so a connector takes at most this many senders.
+CONN_LANES = 16
 HEADER_BYTES = (POOL_HEADER.itemsize + 255) // 256 * 256
 
 

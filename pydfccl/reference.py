@@ -48,18 +48,22 @@ def ring_order(kind: str, elems: int, nranks: int, root: int = 0, *, itemsize: i
     ``nranks`` chunks, and chunk c is reduced from rank c+1 round to rank c, so the order
     depends on the sizes the engine was given (``nblocks``, ``slot_bytes``; when omitted,
     those a launch on this machine uses by default: the simulator's on a machine without a
-    GPU)."""
+    GPU). A small all_reduce runs one-shot (kernels/plans.py): every element starts at rank
+    0."""
     if kind == "reduce":
         return np.full(elems, (root + 1) % nranks, np.int64)
     if kind == "reduce_scatter":
         return (np.arange(elems) // (elems // nranks) + 1) % nranks
     if kind != "all_reduce":
         raise ValueError(f"{kind!r} does not reduce")
+    from .kernels.plans import one_shot
     from .kernels.ring import channel_count
     from .world import machine_sizes
 
     nblocks, slot_bytes = machine_sizes(nranks, nblocks, slot_bytes)
 
+    if one_shot(elems, itemsize, nranks, slot_bytes):   # every rank's in rank order
+        return np.zeros(elems, np.int64)
     loop_size = (slot_bytes // itemsize) * nranks
     nchannels = channel_count(True, elems, itemsize, nranks, nblocks, slot_bytes)
     per_channel = -(-elems // nchannels)                          # ring.channel_span

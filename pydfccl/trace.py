@@ -20,7 +20,8 @@ def primitive_name(flags: int) -> str:
 
     names = {P.SEND: "send", P.RECV_REDUCE_SEND: "recvReduceSend",
              P.RECV_REDUCE_COPY_SEND: "recvReduceCopySend", P.RECV_COPY_SEND: "recvCopySend",
-             P.RECV: "recv", P.COPY: "copy"}
+             P.RECV: "recv", P.COPY: "copy", P.SEND | P.F_ALL: "sendAll",
+             P.RECV_REDUCE_COPY_SEND & ~P.F_SEND | P.F_ALL: "recvReduceCopyAll"}
     return names.get(flags) or names.get(flags | P.F_POSTDIV) or f"flags {flags}"
 
 

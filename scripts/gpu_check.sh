@@ -36,6 +36,23 @@ for s in $stages; do
                 # share them, and a kernel then waits behind another stream's)
                 stage many4_conn 120 env CUDA_DEVICE_MAX_CONNECTIONS=32 PYDFCCL_DEADLOCK_STACKS=1 $PY -m pydfccl bench latency -n 4 -k 64 -c 1024 --iters 200 -w 20 ;;
     bench8)     stage bench8 100 $PY -m pydfccl bench latency -n 8 --iters 1000 ;;
+    one_shot_limit) # where the one-shot stops paying: 4 KiB to 64 KiB one-shot (a larger
+                # limit; 8 ranks' lanes stop at 18,720 bytes) against the ring
+                for limit in 65536 0; do
+                  stage one_shot_limit4_$limit 100 env PYDFCCL_ONE_SHOT_BYTES=$limit $PY -m pydfccl bench --nranks 4 -b 4096 -e 65536 -f 2 -n 200 -w 20 -c 1 --baseline none --no-hbm --no-progress
+                  stage one_shot_limit8_$limit 100 env PYDFCCL_ONE_SHOT_BYTES=$limit $PY -m pydfccl bench --nranks 8 -b 4096 -e 16384 -f 2 -n 200 -w 20 -c 1 --baseline none --no-hbm --no-progress
+                done ;;
+    one_shot)   # small all_reduces one-shot (the default up to 16 KiB) against the ring
+                # (PYDFCCL_ONE_SHOT_BYTES=0) in the same call: latency on 2 and 8 ranks,
+                # and 8 B to 1 MiB on 4 and 8 ranks
+                for limit in default 0; do
+                  if [ $limit = default ]; then e=""; else e="PYDFCCL_ONE_SHOT_BYTES=0"; fi
+                  stage one_shot_bench2_$limit 120 env $e $PY -m pydfccl bench latency -n 2 --iters 10000
+                  stage one_shot_bench8_$limit 100 env $e $PY -m pydfccl bench latency -n 8 --iters 1000
+                  for n in 4 8; do
+                    stage one_shot_sizes${n}_$limit 150 env $e $PY -m pydfccl bench --nranks $n -b 8 -e 1048576 -f 4 -n 200 -w 20 -c 1 --baseline launch --no-hbm --no-progress
+                  done
+                done ;;
     timeline)   stage timeline 100 $PY -m pydfccl demo -n 8 -k 8 -i 1 --no-progress --trace "$LOGS/timeline8.json" --plot "$OUT/timeline8.png" ;;
     soak)       stage soak $(( ${SOAK_SECONDS:-120} + 60 )) $PY -m pydfccl soak --seconds ${SOAK_SECONDS:-120} --no-progress ;;
     sweep4)     # nccl-tests-style sizes, 8 B to 256 MiB on 4 ranks, with both baselines

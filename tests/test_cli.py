@@ -183,8 +183,8 @@ def test_bench_rows_gain_the_hbm_keys_and_keep_the_old_ones(monkeypatch, tmp_pat
         assert reader.fieldnames == old + new
         rows = list(reader)
     assert [(r["mode"], r["size"], r["hbm_bytes"]) for r in rows] == [
-        ("daemon", "8", "64"), ("daemon", "16", "128"),       # (6n-4) x size, n = 2
-        ("launch", "8", "64"), ("launch", "16", "128")]
+        ("daemon", "8", "80"), ("daemon", "16", "160"),   # one-shot: n(3n-1) x size, n = 2
+        ("launch", "8", "80"), ("launch", "16", "160")]
     for r in json.loads(out_json.read_text())["rows"]:
         assert list(r) == old + new
         assert r["copy_gbs"] == 1000.0

@@ -4,6 +4,7 @@ copy it is compared with (GPU only); the sweep's HBM efficiency table (issue #5)
 import pytest
 
 from pydfccl import cli, hbm, platform, sweep
+from pydfccl.kernels.plans import one_shot
 from pydfccl.kernels.primitives import F_RECV, F_SEND, F_USER_IN, F_USER_OUT
 
 WORLDS = [(1, 16), (4, 256), (3, 64), (16, 1 << 20)]   # (nblocks, slot_bytes)
@@ -20,8 +21,12 @@ def test_all_reduce_bytes_are_the_closed_form(nranks):
                     continue
                 got = hbm.hbm_bytes("all_reduce", nranks, count, itemsize, nblocks=nblocks,
                                     slot_bytes=slot_bytes)
-                assert got == hbm.all_reduce_hbm_bytes(count * itemsize, nranks)
-                assert got == (6 * nranks - 4) * count * itemsize
+                if one_shot(count, itemsize, nranks, slot_bytes):
+                    assert got == hbm.one_shot_hbm_bytes(count * itemsize, nranks)
+                    assert got == nranks * (3 * nranks - 1) * count * itemsize
+                else:
+                    assert got == hbm.all_reduce_hbm_bytes(count * itemsize, nranks)
+                    assert got == (6 * nranks - 4) * count * itemsize
 
 
 def test_all_reduce_per_rank_is_the_step_sum_when_chunks_are_even():
@@ -40,6 +45,17 @@ def test_all_reduce_per_rank_is_the_step_sum_when_chunks_are_even():
         # next slot; n-2 middle all-gather steps output and next slot; the last the output
         assert writes == chunk * (1 + (n - 2) + 2 + 2 * (n - 2) + 1)
         assert reads + writes == (6 * n - 4) * count * 4 // n
+
+
+@pytest.mark.parametrize("n", [2, 3, 8])
+def test_one_shot_rank_reads_its_input_per_peer_then_every_input(n):
+    count = 5                               # 20 bytes: one-shot in any of these worlds
+    size = count * 4
+    for rank in range(n):
+        reads, writes = hbm.rank_traffic("all_reduce", rank, n, count, 4, nblocks=2,
+                                         slot_bytes=1024)
+        assert reads == (n - 1) * size + n * size     # the send to n-1 lanes, the reduce
+        assert writes == (n - 1) * size + size        # n-1 lanes, the output
 
 
 @pytest.mark.parametrize("kind", ["all_reduce", "all_gather", "reduce_scatter", "broadcast",

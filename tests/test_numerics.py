@@ -25,8 +25,8 @@ import json
 import numpy as np, ml_dtypes
 from pydfccl.kernels import numerics as nm
 from pydfccl.kernels.memory import SIMULATOR
-from pydfccl.kernels.plans import plan_step
-from pydfccl.kernels.primitives import F_RECV, F_SEND, F_USER_IN
+from pydfccl.kernels.plans import ONE_SHOT, plan_step, table_kind
+from pydfccl.kernels.primitives import F_ALL, F_RECV, F_SEND, F_USER_IN
 from pydfccl.kernels.ring import channel_count, channel_span
 from pydfccl.reference import ring_order
 
@@ -78,14 +78,18 @@ for kind in KIND:
                 root = nranks - 1
                 first = np.full(elems, -1)
                 steps = {"all_reduce": 2 * nranks - 1, "reduce_scatter": nranks, "reduce": 1}
+                code = table_kind(kind, count, itemsize, nranks, slot_bytes)
                 for block in range(nch):
                     begin, end = channel_span(count, nch, block)
                     for rank in range(nranks):
                         for lp in range(-(-(end - begin) // loop)):
-                            for step in range(steps[kind]):
-                                flags, start, _, n = plan_step(KIND[kind], rank, nranks, root,
+                            for step in range(2 if code == ONE_SHOT else steps[kind]):
+                                flags, start, _, n = plan_step(code, rank, nranks, root,
                                                                count, begin, end, lp, step, slot)
-                                if flags & (F_USER_IN | F_SEND | F_RECV) == F_USER_IN | F_SEND:
+                                if flags & F_ALL:      # one-shot: all ranks in rank order
+                                    if flags & F_RECV:
+                                        first[start:start + n] = 0
+                                elif flags & (F_USER_IN | F_SEND | F_RECV) == F_USER_IN | F_SEND:
                                     first[start:start + n] = rank
                 want = ring_order(kind, elems, nranks, root, itemsize=itemsize,
                                   nblocks=nblocks, slot_bytes=slot_bytes)

@@ -209,6 +209,18 @@ def collective_cases(comm, cases, rotate=False):
             for i in range(len(cases))]
 
 
+def traced_collective_cases(comm, cases):
+    """collective_cases in rotated orders, with the primitives each case's tasks were
+    preempted in (the daemon's event log)."""
+    results = collective_cases(comm, cases, rotate=True)
+    preempted_in = collections.defaultdict(set)
+    for e in comm.trace():
+        if e["event"] == "preempted":
+            preempted_in[e["coll"]].add(e["primitive"])
+    return dict(results=results, stats=comm.stats(),
+                preempted_in={i: sorted(p) for i, p in preempted_in.items()})
+
+
 def expected_collective(kind, nranks, rank, count, dtype, op, root, salt, **sizes):
     """numpy's answer for one rank (None where the rank's output is unspecified); ``sizes``:
     the launch's nblocks and slot_bytes, which fix an all_reduce's order."""

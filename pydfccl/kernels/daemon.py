@@ -42,9 +42,11 @@ from .compiler import daemon_kernel
 from .memory import (as_array, atomic_add_gpu, atomic_max_gpu, backoff, fence_gpu, fence_sys,
                      load16, load_acquire, load_volatile, now_ns, sm_id, store16,
                      store_volatile)
-from .primitives import (F_POSTDIV, F_RECV, F_SEND, SPIN_ABORT, SPIN_PREEMPT, abort_seen,
-                         fence, move, ready_now, spin_wait, take_turn)
-from .plans import ALL_TO_ALL, loop_elems, plan_step, step_peers, steps_per_loop
+from .primitives import (F_ALL, F_POSTDIV, F_RECV, F_SEND, SPIN_ABORT, SPIN_PREEMPT,
+                         abort_seen, fence, first_unready, move, move_all, ready_now,
+                         spin_wait, take_turn)
+from .plans import (ALL_TO_ALL, device_lane_bytes, loop_elems, plan_step, step_peers,
+                    steps_per_loop)
 from .ring import channel_span
 
 __all__ = ["make_daemon", "compile_now", "DAEMON_SIGNATURE"]
@@ -92,8 +94,8 @@ P_TRACE_HEAD, P_TRACE, TRACE_SIZE, TRACE_CAP = L.P_TRACE_HEAD, L.P_TRACE, L.TRAC
 EV_ABSORBED, EV_LOADED, EV_PREEMPTED, EV_COMPLETED, EV_LAUNCHED, EV_QUIT = (
     {name: code for code, name in L.TRACE_KINDS.items()}[k]
     for k in ("absorbed", "loaded", "preempted", "completed", "launched", "quit"))
-HEADER_BYTES, CONN_HEADER, CONN_TAIL, CONN_HEAD = (
-    L.HEADER_BYTES, L.CONN_HEADER_BYTES, L.CONN_TAIL, L.CONN_HEAD)
+HEADER_BYTES, CONN_HEADER, CONN_TAIL, CONN_HEAD, CONN_LANES = (
+    L.HEADER_BYTES, L.CONN_HEADER_BYTES, L.CONN_TAIL, L.CONN_HEAD, L.CONN_LANES)
 
 # Shared words thread 0 hands to the block.
 SH_CMD, SH_DTYPE, SH_N, SH_FLAGS, SH_OP, SH_DIV, SH_SLOT_IN, SH_USER_IN, SH_SLOT_OUT, \
@@ -116,6 +118,7 @@ S_WORDS = 38
 CQ_BATCH = 8
 CQ_HOLD_NS = 5_000
 SH_WORDS = SH_CQ_K + CQ_BATCH
+ADDR_WORDS = CONN_LANES + 1     # an F_ALL step's addresses: one per rank
 
 # Host memory is a PCIe round trip away, and reads of it queue (layout.py), so
 # the hot path and the idle loop avoid it: a block looks at the rank's abort flag (device
@@ -207,6 +210,37 @@ def _publish(st, status, waits):
     store_volatile(status + BS_STEP, st[S_LOOP] * 1024 + st[S_STEP])
     store_volatile(status + BS_WAITS, waits)
     store_volatile(status + BS_PROGRESS, st[S_PROGRESS])
+
+
+@cuda.jit(device=True)
+def _waits(mine, need_tail, need_head, lanes, rank, nranks, from_rank, to_rank):
+    """The ``waits`` word of ``_publish`` for a step that waits at connector ``mine``; an
+    ``F_ALL`` step (``lanes`` > 1) names the peers of its first lane not ready."""
+    lane = first_unready(mine + CONN_TAIL, need_tail, mine + CONN_HEAD, need_head, lanes)
+    if lanes > 1 and lane >= 0:
+        from_rank = (rank - lane - 1 + nranks) % nranks
+        to_rank = (rank + lane + 1) % nranks
+    return ((1 if need_tail > 0 else 0) + (2 if need_head > 0 else 0)
+            + (from_rank << 2) + (to_rank << 18))
+
+
+@cuda.jit(device=True)
+def _lane_addrs(addrs, flags, user_in, peers, mine, rank, nranks, conn, block, nblocks,
+                conn_stride, slot_bytes, slot):
+    """An ``F_ALL`` step's addresses for ``move_all``: for a send, the lane this rank
+    writes in slot number ``slot`` of each peer (rank r + k's lane k - 1, at addrs[k - 1]);
+    for a receive, every rank's input in rank order (the own at ``user_in``, rank r - k's
+    in lane k - 1 of this rank's slot)."""
+    lane = device_lane_bytes(nranks, slot_bytes)
+    at = CONN_HEADER + slot * slot_bytes
+    for k in range(1, nranks):
+        if flags & F_SEND:
+            peer = _conn(peers[(rank + k) % nranks], conn, block, nblocks, conn_stride)
+            addrs[k - 1] = peer + at + (k - 1) * lane
+        else:
+            addrs[(rank - k + nranks) % nranks] = mine + at + (k - 1) * lane
+    if not flags & F_SEND:
+        addrs[rank] = user_in
 
 
 @cuda.jit(device=True)
@@ -468,8 +502,8 @@ def make_daemon(policy):
                  queue[rec + Q_RECV], queue[rec + Q_PRIO])
 
     @cuda.jit(device=True)
-    def schedule(st, act, akey, sh, params, ctl, pool, colls, tasks, queue, peers, rank,
-                 nranks, nslots, slot_bytes, conn_stride, block, nblocks, limit):
+    def schedule(st, act, akey, sh, addrs, params, ctl, pool, colls, tasks, queue, peers,
+                 rank, nranks, nslots, slot_bytes, conn_stride, block, nblocks, limit):
         """Thread 0: decide the block's next command (a step to move, or exit)."""
         status = _status(ctl, block)
         while True:
@@ -526,20 +560,21 @@ def make_daemon(policy):
             mine = _conn(pool, conn, block, nblocks, conn_stride)
             need_tail = st[S_RECVD] + 1 if flags & F_RECV else 0
             need_head = st[S_SENT] + 1 - nslots if flags & F_SEND else 0
-            waits = ((1 if need_tail > 0 else 0) + (2 if need_head > 0 else 0)
-                     + (from_rank << 2) + (to_rank << 18))
+            lanes = nranks - 1 if flags & F_ALL else 1
             budget = st[S_THRESH]
             if st[S_CQ_HELD] > 0 and not ready_now(mine + CONN_TAIL, need_tail,
-                                                   mine + CONN_HEAD, need_head):
+                                                   mine + CONN_HEAD, need_head, lanes):
                 _publish_cq(st, sh, ctl)     # held completions must not wait for a peer
-            waited = spin_wait(mine + CONN_TAIL, need_tail, mine + CONN_HEAD, need_head,
+            waited = spin_wait(mine + CONN_TAIL, need_tail, mine + CONN_HEAD, need_head, lanes,
                                min(budget, QUICK_WAIT_NS), ctl + CTL_ABORT, pool + P_ABORT,
                                st[S_LOCAL])
             if waited == SPIN_PREEMPT and budget > QUICK_WAIT_NS:
-                _publish(st, status, waits)   # a long wait: let the watchdog see it
+                # a long wait: let the watchdog see it
+                _publish(st, status, _waits(mine, need_tail, need_head, lanes, rank, nranks,
+                                            from_rank, to_rank))
                 waited = spin_wait(mine + CONN_TAIL, need_tail, mine + CONN_HEAD, need_head,
-                                   budget - QUICK_WAIT_NS, ctl + CTL_ABORT, pool + P_ABORT,
-                                   st[S_LOCAL])
+                                   lanes, budget - QUICK_WAIT_NS, ctl + CTL_ABORT,
+                                   pool + P_ABORT, st[S_LOCAL])
                 if waited >= 0:
                     waited += QUICK_WAIT_NS
             if waited == SPIN_ABORT:
@@ -549,7 +584,8 @@ def make_daemon(policy):
             if waited == SPIN_PREEMPT:
                 _trace(st, pool, block, EV_PREEMPTED, coll, st[S_LOOP] * 1024 + st[S_STEP],
                        budget, flags)
-                _publish(st, status, waits)
+                _publish(st, status, _waits(mine, need_tail, need_head, lanes, rank, nranks,
+                                            from_rank, to_rank))
                 save_task(st, tasks, 1)
                 st[S_PREEMPTIONS] += 1
                 store_volatile(status + BS_PREEMPTIONS, st[S_PREEMPTIONS])
@@ -575,20 +611,36 @@ def make_daemon(policy):
             sh[SH_USER_IN] = st[S_SEND] + in_first * itemsize
             sh[SH_SLOT_OUT] = nxt + CONN_HEADER + (st[S_SENT] % nslots) * slot_bytes
             sh[SH_USER_OUT] = st[S_RECV] + out_first * itemsize
+            if flags & F_ALL:
+                _lane_addrs(addrs, flags, sh[SH_USER_IN], peers, mine, rank, nranks, conn,
+                            block, nblocks, conn_stride, slot_bytes,
+                            (st[S_SENT] if flags & F_SEND else st[S_RECVD]) % nslots)
             st[S_FLAGS] = flags
             sh[SH_CMD] = CMD_MOVE
             return
 
     @cuda.jit(device=True)
-    def post_step(st, ctl, nranks, block):
+    def post_step(st, ctl, peers, rank, nranks, block, nblocks, conn_stride):
         """Thread 0, after the block moved a step: publish it to the step's peers (their
-        connectors, found by ``schedule``)."""
+        connectors, found by ``schedule``; an ``F_ALL`` step's in every other rank, its
+        lane in each)."""
         flags = st[S_FLAGS]
         # A collective's slot counters count its sends and receives on a connector. An
         # all_to_all sends and receives once per loop on each of its connector sets, so its
         # counters count loops and advance when a loop ends.
         per_loop = st[S_KIND] == ALL_TO_ALL
         fence(st[S_LOCAL])    # the block's data (ordered by the barrier), then the flags
+        if flags & F_ALL:     # lane k - 1 of rank r + k (a send) or r - k (a receive); lane
+            #                     0, of the next and previous ranks, is the ring's, below
+            for k in range(2, nranks):
+                if flags & F_SEND:
+                    to = _conn(peers[(rank + k) % nranks], st[S_CONN], block, nblocks,
+                               conn_stride)
+                    store_volatile(to + CONN_TAIL + 8 * (k - 1), st[S_SENT] + 1)
+                else:
+                    back = _conn(peers[(rank - k + nranks) % nranks], st[S_CONN], block,
+                                 nblocks, conn_stride)
+                    store_volatile(back + CONN_HEAD + 8 * (k - 1), st[S_RECVD] + 1)
         if flags & F_SEND:
             store_volatile(st[S_TO_CONN] + CONN_TAIL, st[S_SENT] + 1)
             if not per_loop:
@@ -642,6 +694,7 @@ def make_daemon(policy):
         nblocks = cuda.gridDim.x
         tid = cuda.threadIdx.x
         sh = cuda.shared.array(SH_WORDS, np.int64)
+        addrs = cuda.shared.array(ADDR_WORDS, np.int64)    # an F_ALL step's (_lane_addrs)
         act = cuda.shared.array(MAX_COLLS, np.int64)
         akey = cuda.shared.array(MAX_COLLS, np.int64)
         st = cuda.local.array(S_WORDS, np.int64)
@@ -662,17 +715,22 @@ def make_daemon(policy):
         cuda.syncthreads()
         while True:
             if tid == 0:
-                schedule(st, act, akey, sh, params, ctl, pool, colls, tasks, queue, peers, rank,
-                         nranks, nslots, slot_bytes, conn_stride, block, nblocks, limit)
+                schedule(st, act, akey, sh, addrs, params, ctl, pool, colls, tasks, queue,
+                         peers, rank, nranks, nslots, slot_bytes, conn_stride, block, nblocks,
+                         limit)
             cuda.syncthreads()
             cmd = sh[SH_CMD]
             if cmd == CMD_EXIT:
                 break
-            move(sh[SH_DTYPE], sh[SH_N], sh[SH_FLAGS], sh[SH_OP], sh[SH_DIV], sh[SH_SLOT_IN],
-                 sh[SH_USER_IN], sh[SH_SLOT_OUT], sh[SH_USER_OUT])
+            if sh[SH_FLAGS] & F_ALL:
+                move_all(sh[SH_DTYPE], sh[SH_N], sh[SH_FLAGS], sh[SH_OP], sh[SH_DIV],
+                         sh[SH_USER_IN], addrs, nranks, sh[SH_USER_OUT])
+            else:
+                move(sh[SH_DTYPE], sh[SH_N], sh[SH_FLAGS], sh[SH_OP], sh[SH_DIV],
+                     sh[SH_SLOT_IN], sh[SH_USER_IN], sh[SH_SLOT_OUT], sh[SH_USER_OUT])
             cuda.syncthreads()
             if tid == 0:
-                post_step(st, ctl, nranks, block)
+                post_step(st, ctl, peers, rank, nranks, block, nblocks, conn_stride)
         if tid == 0:
             _publish_cq(st, sh, ctl)
             atomic_add_gpu(pool + P_BLOCK_QUITS, 1)

@@ -21,23 +21,43 @@ send, recv         1           point to point: send to ``peer`` (kept in ``root`
 all_to_all         2n-1        s=0 copy the own block; then for k=1..n-1 send block
                                r+k to rank r+k and receive block r-k from rank r-k,
                                through connector set k-1 (each set joins r to r+k)
+one-shot           2           a small all_reduce (``one_shot``): s=0 send the input to
+all_reduce                     every other rank; s=1 receive every rank's and reduce
+                               them in rank order 0, 1, ..., n-1 (``F_ALL`` steps)
 =================  ==========  ====================================================
 
 Ring kinds send to rank r+1 and receive from r-1 through the collective's connector set;
 ``step_peers`` gives each step's (next, previous, connector set) for every kind.
+
+A one-shot all_reduce takes one hop where the ring takes 2n-2 in a chain (14 for 8 ranks,
+about 4 us each on the H200). It needs no more connectors than the ring: its sender at
+distance k (rank r-k) writes lane k-1 of the receiver's connector, a slice of every slot
+(``lane_bytes``) with its own tail and head words (``layout.CONN_LANES``), so the step
+that waits for all of them waits on n-1 words of one connector. Every rank combines the
+inputs in the same order, so every rank gets the same bits.
 """
+
+import os
 
 from numba import cuda
 
 from ..codes import KINDS
-from .primitives import COPY, F_POSTDIV, F_RECV, F_SEND, F_USER_IN, F_USER_OUT
+from ..layout import CONN_LANES
+from .primitives import COPY, F_ALL, F_POSTDIV, F_RECV, F_SEND, F_USER_IN, F_USER_OUT
 from .ring import chunk_span, ring_step
 
-__all__ = ["steps_per_loop", "loop_elems", "plan_step", "step_peers", "connector_sets"]
+__all__ = ["steps_per_loop", "loop_elems", "plan_step", "step_peers", "connector_sets",
+           "ONE_SHOT", "ONE_SHOT_BYTES", "lane_bytes", "device_lane_bytes", "one_shot", "table_kind"]
 
 ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, BROADCAST, REDUCE, SEND, RECV, ALL_TO_ALL = (
     KINDS[k] for k in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce",
                        "send", "recv", "all_to_all"))
+ONE_SHOT = max(KINDS.values()) + 1    # the daemon's kind for a one-shot all_reduce
+# The largest all_reduce that runs one-shot: each rank reads every rank's input, n times
+# the ring's reads, which costs less than the ring's chained hops only while messages are
+# small. PYDFCCL_ONE_SHOT_BYTES sets it for a process and its rank processes (0: the ring
+# always), so that a benchmark can measure both.
+ONE_SHOT_BYTES = int(os.environ.get("PYDFCCL_ONE_SHOT_BYTES", 16 * 1024))
 
 COPY_SEND = F_USER_IN | F_SEND | F_USER_OUT
 RECV_COPY_SEND = F_RECV | F_SEND | F_USER_OUT
@@ -46,10 +66,37 @@ SEND_ONLY = F_USER_IN | F_SEND
 RECV_REDUCE_SEND = F_RECV | F_USER_IN | F_SEND
 RECV_REDUCE_COPY = F_RECV | F_USER_IN | F_USER_OUT | F_POSTDIV
 COPY_ONLY = F_USER_IN | F_USER_OUT     # a copy that no op divides
+SEND_ALL = SEND_ONLY | F_ALL
+RECV_REDUCE_ALL = RECV_REDUCE_COPY | F_ALL
+
+
+def lane_bytes(nranks: int, slot_bytes: int) -> int:
+    """Bytes of each slot a one-shot sender has: the slot cut in ``nranks - 1`` lanes of
+    16-byte multiples."""
+    return slot_bytes // max(1, nranks - 1) // 16 * 16
+
+
+device_lane_bytes = cuda.jit(device=True)(lane_bytes)
+
+
+def one_shot(count: int, itemsize: int, nranks: int, slot_bytes: int) -> bool:
+    """Whether an all_reduce of ``count`` elements runs one-shot (host side; every rank
+    decides alike from sizes they share)."""
+    return (2 <= nranks <= CONN_LANES + 1
+            and count * itemsize <= min(ONE_SHOT_BYTES, lane_bytes(nranks, slot_bytes)))
+
+
+def table_kind(kind: str, count: int, itemsize: int, nranks: int, slot_bytes: int) -> int:
+    """The kind the daemon's collective table records for a collective."""
+    if kind == "all_reduce" and one_shot(count, itemsize, nranks, slot_bytes):
+        return ONE_SHOT
+    return KINDS[kind]
 
 
 @cuda.jit(device=True)
 def steps_per_loop(kind, nranks):
+    if kind == ONE_SHOT:
+        return 2
     if nranks == 1 or kind == BROADCAST or kind == REDUCE or kind == SEND or kind == RECV:
         return 1
     if kind == ALL_REDUCE or kind == ALL_TO_ALL:
@@ -90,6 +137,10 @@ def plan_step(kind, rank, nranks, root, count, begin, end, loop, step, slot_elem
         return flags, first, first, n
     first = begin + loop * slot_elems
     n = min(slot_elems, end - first)
+    if kind == ONE_SHOT:        # one loop: the whole input fits a lane (``one_shot``)
+        if step == 0:
+            return SEND_ALL, first, first, n
+        return RECV_REDUCE_ALL, first, first, n
     if kind == SEND:
         return SEND_ONLY, first, first, n
     if kind == RECV:

@@ -16,6 +16,11 @@ Verbs (flag sets) as in NCCL's ``prims_simple.h``:
 ``COPY``              user_out = post(user_in)  (a one-rank collective)
 ====================  ==========================================
 
+With ``F_ALL`` (a one-shot all_reduce, kernels/plans.py) a step moves to or from every
+other rank at once: ``SEND | F_ALL`` copies user_in to a lane of each peer's slot
+(``move_all``), ``RECV_REDUCE_COPY | F_ALL`` reduces every rank's input, in rank order,
+into user_out (``reduce_all``), and the step waits on the lanes' tail or head words.
+
 ``op`` and ``post`` compute in the element type, except for float16 and bfloat16 (kept as
 uint16 bits): those compute in float32 and round back to 16 bits after every combine and
 after the division of ``avg``, as NCCL does (``numerics.py``).
@@ -33,8 +38,8 @@ from ..codes import DTYPES, OPS
 __all__ = [
     "F_RECV", "F_USER_IN", "F_SEND", "F_USER_OUT", "F_POSTDIV",
     "SEND", "RECV_REDUCE_SEND", "RECV_REDUCE_COPY_SEND", "RECV_COPY_SEND", "RECV", "COPY",
-    "SPIN_PREEMPT", "SPIN_ABORT", "ABORT_LOOK_NS", "take_turn", "abort_seen", "fence",
-    "ready_now", "spin_wait", "move",
+    "F_ALL", "SPIN_PREEMPT", "SPIN_ABORT", "ABORT_LOOK_NS", "take_turn", "abort_seen",
+    "fence", "ready_now", "first_unready", "spin_wait", "move", "move_all",
 ]
 
 F_RECV = 1
@@ -42,6 +47,7 @@ F_USER_IN = 2
 F_SEND = 4
 F_USER_OUT = 8
 F_POSTDIV = 16
+F_ALL = 32          # to or from every other rank (one-shot all_reduce)
 
 SEND = F_USER_IN | F_SEND
 RECV_REDUCE_SEND = F_RECV | F_USER_IN | F_SEND
@@ -69,16 +75,24 @@ def fence(local):
 
 
 @cuda.jit(device=True)
-def ready_now(tail_addr, need_tail, head_addr, need_head):
-    """One look: ``*tail_addr >= need_tail`` and ``*head_addr >= need_head`` (a need <= 0
-    is met), with volatile loads and no fence (``spin_wait`` adds the fence)."""
-    if need_tail > 0:
-        if load_volatile(tail_addr) < need_tail:
-            return False
-    if need_head > 0:
-        if load_volatile(head_addr) < need_head:
-            return False
-    return True
+def first_unready(tail_addr, need_tail, head_addr, need_head, lanes):
+    """The first of ``lanes`` lanes whose ``*tail >= need_tail`` or ``*head >= need_head``
+    does not hold yet (lane i's words are 8 * i bytes on; a need <= 0 is met), or -1.
+    Volatile loads and no fence (``spin_wait`` adds the fence)."""
+    for i in range(lanes):
+        if need_tail > 0:
+            if load_volatile(tail_addr + 8 * i) < need_tail:
+                return i
+        if need_head > 0:
+            if load_volatile(head_addr + 8 * i) < need_head:
+                return i
+    return -1
+
+
+@cuda.jit(device=True)
+def ready_now(tail_addr, need_tail, head_addr, need_head, lanes):
+    """One look: every lane's data and credit are there (``first_unready``)."""
+    return first_unready(tail_addr, need_tail, head_addr, need_head, lanes) < 0
 
 
 @cuda.jit(device=True)
@@ -112,12 +126,12 @@ def abort_seen(abort_host, abort_seen_at):
 
 
 @cuda.jit(device=True)
-def spin_wait(tail_addr, need_tail, head_addr, need_head, budget_ns, abort_host, abort_seen_at,
-              local):
+def spin_wait(tail_addr, need_tail, head_addr, need_head, lanes, budget_ns, abort_host,
+              abort_seen_at, local):
     """The one wait loop. Waits until ``*tail_addr >= need_tail`` and
-    ``*head_addr >= need_head`` (a need <= 0 is already met), polling with volatile loads;
-    once both are met, a fence makes it an acquire (the peer wrote its data, then a fence,
-    then the flag).
+    ``*head_addr >= need_head`` (a need <= 0 is already met) in each of ``lanes`` lanes,
+    polling with volatile loads; once all are met, a fence makes it an acquire (the peer
+    wrote its data, then a fence, then the flag).
 
     Returns the nanoseconds waited (>= 0) when ready, SPIN_PREEMPT when the budget
     ``budget_ns`` ran out, SPIN_ABORT when the host set the abort word (``abort_seen``).
@@ -125,7 +139,7 @@ def spin_wait(tail_addr, need_tail, head_addr, need_head, budget_ns, abort_host,
     start = now_ns()
     spins = 0
     while True:
-        ready = ready_now(tail_addr, need_tail, head_addr, need_head)
+        ready = ready_now(tail_addr, need_tail, head_addr, need_head, lanes)
         waited = now_ns() - start
         if ready:
             fence(local)
@@ -230,7 +244,8 @@ def _copy_vectors(nvec, flags, start, slot_in, user_in, slot_out, user_out):
 
 
 def _make_mover(storage, compute=None, widen=_same, narrow=_same):
-    """The generic primitive for elements stored as ``storage`` (a factory, not a template).
+    """The generic primitive for elements stored as ``storage`` (a factory, not a template),
+    and the one-shot all_reduce's reduction of every rank's input (``reduce_all``).
 
     The 16-bit floats compute in a wider type (``compute``, float32): every combine widens
     both operands, applies the op and ``narrow``s the result back (round to nearest even)
@@ -348,17 +363,36 @@ def _make_mover(storage, compute=None, widen=_same, narrow=_same):
                 out[i] = v
             j += stride
 
-    return mover
+    @cuda.jit(device=True)
+    def reduce_all(n, flags, op, divisor, srcs, nsrc, user_out):
+        """user_out = post(srcs[0] op srcs[1] op ... op srcs[nsrc - 1]), combined in that
+        order and rounded as ``element`` rounds. A thread reads an element from every source
+        before it writes that element, so the output may be a source (in place)."""
+        out = as_array(user_out, n, storage)
+        j = cuda.threadIdx.x
+        stride = cuda.blockDim.x
+        while j < n:
+            acc = as_array(srcs[0], n, storage)[j]
+            for s in range(1, nsrc):
+                acc = narrow(_combine(op, widen(acc), widen(as_array(srcs[s], n, storage)[j])))
+            if flags & F_POSTDIV:
+                acc = narrow(_post(widen(acc), divisor))
+            out[j] = acc
+            j += stride
+
+    return mover, reduce_all
 
 
-_move_f32 = _make_mover(np.float32)
-_move_f64 = _make_mover(np.float64)
-_move_i32 = _make_mover(np.int32)
-_move_i64 = _make_mover(np.int64)
-_move_i8 = _make_mover(np.int8)
-_move_u8 = _make_mover(np.uint8)
-_move_f16 = _make_mover(np.float16, np.float32, float16_to_float32, float32_to_float16)
-_move_bf16 = _make_mover(np.uint16, np.float32, bfloat16_to_float32, float32_to_bfloat16)
+_move_f32, _reduce_all_f32 = _make_mover(np.float32)
+_move_f64, _reduce_all_f64 = _make_mover(np.float64)
+_move_i32, _reduce_all_i32 = _make_mover(np.int32)
+_move_i64, _reduce_all_i64 = _make_mover(np.int64)
+_move_i8, _reduce_all_i8 = _make_mover(np.int8)
+_move_u8, _reduce_all_u8 = _make_mover(np.uint8)
+_move_f16, _reduce_all_f16 = _make_mover(np.float16, np.float32, float16_to_float32,
+                                         float32_to_float16)
+_move_bf16, _reduce_all_bf16 = _make_mover(np.uint16, np.float32, bfloat16_to_float32,
+                                           float32_to_bfloat16)
 DT_F32, DT_F64, DT_I32, DT_I64, DT_I8, DT_U8, DT_F16, DT_BF16 = (
     DTYPES[k] for k in ("float32", "float64", "int32", "int64", "int8", "uint8", "float16",
                      "bfloat16"))
@@ -383,3 +417,30 @@ def move(dtype, n, flags, op, divisor, slot_in, user_in, slot_out, user_out):
         _move_f16(n, flags, op, divisor, slot_in, user_in, slot_out, user_out)
     elif dtype == DT_BF16:
         _move_bf16(n, flags, op, divisor, slot_in, user_in, slot_out, user_out)
+
+
+@cuda.jit(device=True)
+def move_all(dtype, n, flags, op, divisor, user_in, addrs, nranks, user_out):
+    """Run by every thread of the block: one ``F_ALL`` step for ``n`` elements. A send
+    copies user_in to each of the ``nranks - 1`` addresses ``addrs`` holds (the peers'
+    lanes); a receive reduces the ``nranks`` inputs at ``addrs`` (in rank order, the own
+    input among them) into user_out."""
+    if flags & F_SEND:
+        for k in range(nranks - 1):
+            move(dtype, n, F_USER_IN | F_SEND, op, 1, 0, user_in, addrs[k], 0)
+    elif dtype == DT_F32:
+        _reduce_all_f32(n, flags, op, divisor, addrs, nranks, user_out)
+    elif dtype == DT_F64:
+        _reduce_all_f64(n, flags, op, divisor, addrs, nranks, user_out)
+    elif dtype == DT_I32:
+        _reduce_all_i32(n, flags, op, divisor, addrs, nranks, user_out)
+    elif dtype == DT_I64:
+        _reduce_all_i64(n, flags, op, divisor, addrs, nranks, user_out)
+    elif dtype == DT_I8:
+        _reduce_all_i8(n, flags, op, divisor, addrs, nranks, user_out)
+    elif dtype == DT_U8:
+        _reduce_all_u8(n, flags, op, divisor, addrs, nranks, user_out)
+    elif dtype == DT_F16:
+        _reduce_all_f16(n, flags, op, divisor, addrs, nranks, user_out)
+    elif dtype == DT_BF16:
+        _reduce_all_bf16(n, flags, op, divisor, addrs, nranks, user_out)

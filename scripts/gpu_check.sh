@@ -36,6 +36,11 @@ for s in $stages; do
                 # share them, and a kernel then waits behind another stream's)
                 stage many4_conn 120 env CUDA_DEVICE_MAX_CONNECTIONS=32 PYDFCCL_DEADLOCK_STACKS=1 $PY -m pydfccl bench latency -n 4 -k 64 -c 1024 --iters 200 -w 20 ;;
     bench8)     stage bench8 100 $PY -m pydfccl bench latency -n 8 --iters 1000 ;;
+    step_cost)  # what a daemon step costs with nothing to wait for: one rank, one block,
+                # 16-byte slots, so a run of S bytes takes S/16 steps of 16 bytes; and the
+                # ring on two ranks the same way (3 steps a loop of 32 bytes)
+                stage step_cost1 60 $PY -m pydfccl bench --nranks 1 -b 16 -e 16384 -f 32 --nblocks 1 --slot-bytes 16 -n 50 -w 5 --baseline none --no-hbm --no-progress
+                stage step_cost2 60 env PYDFCCL_ONE_SHOT_BYTES=0 $PY -m pydfccl bench --nranks 2 -b 32 -e 16384 -f 32 --nblocks 1 --slot-bytes 16 -n 50 -w 5 --baseline none --no-hbm --no-progress ;;
     one_shot_limit) # where the one-shot stops paying: 4 KiB to 64 KiB one-shot (a larger
                 # limit; 8 ranks' lanes stop at 18,720 bytes) against the ring
                 for limit in 65536 0; do

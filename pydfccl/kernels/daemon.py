@@ -47,7 +47,7 @@ from .primitives import (F_ALL, F_POSTDIV, F_RECV, F_SEND, SPIN_ABORT, SPIN_PREE
                          spin_wait, take_turn)
 from .plans import (ALL_TO_ALL, device_lane_bytes, loop_elems, plan_step, step_peers,
                     steps_per_loop)
-from .ring import channel_span
+from .ring import channel_span, ring_index
 
 __all__ = ["make_daemon", "compile_now", "DAEMON_SIGNATURE"]
 
@@ -218,8 +218,8 @@ def _waits(mine, need_tail, need_head, lanes, rank, nranks, from_rank, to_rank):
     ``F_ALL`` step (``lanes`` > 1) names the peers of its first lane not ready."""
     lane = first_unready(mine + CONN_TAIL, need_tail, mine + CONN_HEAD, need_head, lanes)
     if lanes > 1 and lane >= 0:
-        from_rank = (rank - lane - 1 + nranks) % nranks
-        to_rank = (rank + lane + 1) % nranks
+        from_rank = ring_index(rank - lane - 1 + nranks, nranks)
+        to_rank = ring_index(rank + lane + 1, nranks)
     return ((1 if need_tail > 0 else 0) + (2 if need_head > 0 else 0)
             + (from_rank << 2) + (to_rank << 18))
 
@@ -235,10 +235,11 @@ def _lane_addrs(addrs, flags, user_in, peers, mine, rank, nranks, conn, block, n
     at = CONN_HEADER + slot * slot_bytes
     for k in range(1, nranks):
         if flags & F_SEND:
-            peer = _conn(peers[(rank + k) % nranks], conn, block, nblocks, conn_stride)
+            peer = _conn(peers[ring_index(rank + k, nranks)], conn, block, nblocks,
+                         conn_stride)
             addrs[k - 1] = peer + at + (k - 1) * lane
         else:
-            addrs[(rank - k + nranks) % nranks] = mine + at + (k - 1) * lane
+            addrs[ring_index(rank - k + nranks, nranks)] = mine + at + (k - 1) * lane
     if not flags & F_SEND:
         addrs[rank] = user_in
 
@@ -634,12 +635,12 @@ def make_daemon(policy):
             #                     0, of the next and previous ranks, is the ring's, below
             for k in range(2, nranks):
                 if flags & F_SEND:
-                    to = _conn(peers[(rank + k) % nranks], st[S_CONN], block, nblocks,
-                               conn_stride)
+                    to = _conn(peers[ring_index(rank + k, nranks)], st[S_CONN], block,
+                               nblocks, conn_stride)
                     store_volatile(to + CONN_TAIL + 8 * (k - 1), st[S_SENT] + 1)
                 else:
-                    back = _conn(peers[(rank - k + nranks) % nranks], st[S_CONN], block,
-                                 nblocks, conn_stride)
+                    back = _conn(peers[ring_index(rank - k + nranks, nranks)], st[S_CONN],
+                                 block, nblocks, conn_stride)
                     store_volatile(back + CONN_HEAD + 8 * (k - 1), st[S_RECVD] + 1)
         if flags & F_SEND:
             store_volatile(st[S_TO_CONN] + CONN_TAIL, st[S_SENT] + 1)

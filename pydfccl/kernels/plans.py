@@ -44,10 +44,11 @@ from numba import cuda
 from ..codes import KINDS
 from ..layout import CONN_LANES
 from .primitives import COPY, F_ALL, F_POSTDIV, F_RECV, F_SEND, F_USER_IN, F_USER_OUT
-from .ring import chunk_span, ring_step
+from .ring import chunk_span, ring_index, ring_step
 
 __all__ = ["steps_per_loop", "loop_elems", "plan_step", "step_peers", "connector_sets",
-           "ONE_SHOT", "ONE_SHOT_BYTES", "lane_bytes", "device_lane_bytes", "one_shot", "table_kind"]
+           "ONE_SHOT", "ONE_SHOT_BYTES", "lane_bytes", "device_lane_bytes", "one_shot",
+           "table_kind"]
 
 ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, BROADCAST, REDUCE, SEND, RECV, ALL_TO_ALL = (
     KINDS[k] for k in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce",
@@ -116,8 +117,8 @@ def step_peers(kind, rank, nranks, root, step):
         return root, root, 0
     if kind == ALL_TO_ALL and step > 0:
         k = (step + 1) // 2
-        return (rank + k) % nranks, (rank - k + nranks) % nranks, k - 1
-    return (rank + 1) % nranks, (rank - 1 + nranks) % nranks, 0
+        return ring_index(rank + k, nranks), ring_index(rank - k + nranks, nranks), k - 1
+    return ring_index(rank + 1, nranks), ring_index(rank - 1 + nranks, nranks), 0
 
 
 @cuda.jit(device=True)

@@ -34,7 +34,7 @@ from .buffers import BufferChecker, dropped_by_user
 from .codes import (OUT_OF_PLACE_ONLY, POINT_TO_POINT, dtype_code, kind_code,
                     normalize_dtype, op_code)
 from .hostspin import SPINS_PER_CALL, wait_for_stamp
-from .kernels.plans import table_kind
+from .kernels.plans import ONE_SHOT, table_kind
 from .kernels.ring import channel_count
 from .progress import poller
 from .errors import AbortedError, DeadlockError, PydfcclError
@@ -230,6 +230,17 @@ class Communicator:
             self._prepare_late(spec)
         self._specs[spec.coll_id] = spec
 
+    def _one_shot(self, spec: CollSpec) -> bool:
+        itemsize = np.dtype(spec.dtype).itemsize
+        return table_kind(spec.kind, spec.count, itemsize, self.nranks,
+                          self.world.config.slot_bytes) == ONE_SHOT
+
+    def _signature(self, spec: CollSpec) -> dict:
+        """What must agree across ranks: the spec's fields, and whether it runs one-shot,
+        which a rank's PYDFCCL_ONE_SHOT_BYTES also decides (ranks that disagree would wait
+        on different counters)."""
+        return dict(spec.signature(), one_shot=self._one_shot(spec))
+
     def _table_entry(self, spec: CollSpec, conn: int) -> tuple:
         """The daemon's collective-table record of ``spec`` using connector sets from
         ``conn`` on."""
@@ -237,7 +248,7 @@ class Communicator:
         itemsize = np.dtype(spec.dtype).itemsize
         nchannels = channel_count(spec.kind == "all_reduce", spec.count, itemsize, self.nranks,
                                   cfg.nblocks, cfg.slot_bytes)
-        kind = table_kind(spec.kind, spec.count, itemsize, self.nranks, cfg.slot_bytes)
+        kind = ONE_SHOT if self._one_shot(spec) else kind_code(spec.kind)
         return (kind, dtype_code(spec.dtype), op_code(spec.op), spec.count, spec.root,
                 nchannels, itemsize, conn)
 
@@ -254,7 +265,7 @@ class Communicator:
         self.world.pools[self.rank].write(L.P_COLLS + index * L.COLL_ENTRY.itemsize, entry)
         published = self._row["registered"][0]
         published[index] = (0, spec.coll_id, kind_code(spec.kind), dtype_code(spec.dtype),
-                            op_code(spec.op), spec.count, spec.root, 0)
+                            op_code(spec.op), spec.count, spec.root, int(self._one_shot(spec)))
         published["published"][index] = 1       # last: the peers read the fields after it
         with self._lock:
             self._index[spec.coll_id] = index
@@ -265,7 +276,7 @@ class Communicator:
     def start(self) -> None:
         """End registration: check signatures across ranks, then start the daemon."""
         self._require("preparing", "start")
-        mine = {cid: spec.signature() for cid, spec in self._specs.items()}
+        mine = {cid: self._signature(spec) for cid, spec in self._specs.items()}
         per_rank = self._exchange(mine)
         check_signatures(per_rank)
         cfg = self.world.config

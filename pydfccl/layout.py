@@ -79,7 +79,7 @@ REGISTRATION = np.dtype([  # a collective prepared after start(), published for 
     ("op", I8),
     ("count", I8),
     ("root", I8),          # send and recv: the peer
-    ("pad", I8),
+    ("one_shot", I8),      # 1: an all_reduce this rank runs one-shot (kernels/plans.py)
 ])
 
 CTL_ROW = np.dtype([

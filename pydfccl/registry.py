@@ -122,7 +122,7 @@ class LatePlacer:
 
 
 _NAMES = {"kind": {v: k for k, v in KINDS.items()}, "dtype": {v: k for k, v in DTYPES.items()},
-          "op": {v: k for k, v in OPS.items()}}
+          "op": {v: k for k, v in OPS.items()}, "one_shot": {0: False, 1: True}}
 
 
 def _readable(entry, field):
@@ -140,7 +140,7 @@ def late_verdict(registered, index: int, rank: int) -> list:
         peers, fields = [int(mine["root"])], ("coll_id", "count", "dtype")
     else:
         peers, fields = range(len(registered)), ("coll_id", "kind", "count", "dtype", "op",
-                                                 "root")
+                                                 "root", "one_shot")
     missing = [r for r in peers if not registered[r][index]["published"]]
     seen = {r: registered[r][index] for r in peers if r not in missing}
     if rank not in seen:

@@ -96,3 +96,16 @@ def test_chaos_demo_of_one_shot_all_reduces():
                              progress=False), watchdog_timeout=3.0)
     assert "wait-for cycle: rank" in str(info.value)
     assert time.monotonic() - started < 60
+
+
+@pytest.mark.parametrize("late", [False, True])
+def test_ranks_that_disagree_on_one_shot_are_refused(late):
+    """One rank's PYDFCCL_ONE_SHOT_BYTES differs: its all_reduce would wait on the ring's
+    counters while the others wait on lanes. start(), or the first run of a collective
+    prepared after it, names the field instead."""
+    # after start() each rank compares the ranks that have published so far
+    match = (r"collective 0: field 'one_shot' differs across ranks "
+             r"\(ranks \[(0, 2|0|2)\]: True; ranks \[1\]: False\)")
+    with pytest.raises(pydfccl.RankFailedError, match=match):
+        pydfccl.launch(workers.one_shot_limits_differ, 3, args=(late,), watchdog_timeout=4.0,
+                       timeout=120)

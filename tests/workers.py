@@ -542,6 +542,21 @@ def late_mismatch(comm, case):
     raise ValueError(case)
 
 
+def one_shot_limits_differ(comm, late: bool):
+    """Rank 1 turns the one-shot all_reduce off (as PYDFCCL_ONE_SHOT_BYTES=0 would), the
+    others keep it: preparing at start, or after it (``late``), must fail, not hang."""
+    from pydfccl.kernels import plans
+
+    if comm.rank == 1:
+        plans.ONE_SHOT_BYTES = 0
+    if late:
+        comm.start()
+    comm.prepare(0, "all_reduce", count=4, dtype="float32")
+    if not late:
+        comm.start()
+    return comm.run(0, comm.empty(4, "float32")).result(timeout=60)
+
+
 def barrier_wait(comm):
     """Rank 1 reaches the barrier 0.5 s late: how long each rank waited in it."""
     comm.prepare(0, "all_reduce", count=2)

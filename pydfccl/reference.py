@@ -4,7 +4,8 @@ the daemon against it.
 Floats are reduced the way the engine reduces them, so results compare exactly, not within
 a tolerance: element by element in the ring's order (each element's partial result starts
 at one rank and travels round the ring, every rank combining its own value into it: see
-``ring_order``), each step in the element type's arithmetic. float16 and bfloat16 compute
+``ring_order``; a small all_reduce runs one-shot, in rank order), each step in the element
+type's arithmetic. float16 and bfloat16 compute
 every step in float32 and round the result back (round to nearest even), as NCCL and the
 daemon do; ``avg`` divides the sum by the rank count the same way. Integers are reduced in
 int64 and cast back, which wraps sums and products as the device does at every step (``avg``

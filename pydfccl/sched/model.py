@@ -27,7 +27,9 @@ What the host does, as ``pydfccl.communicator`` does it:
   progress, else ``relaunch_ticks`` later or at the rank's next submission.
 
 Each slot carries at most ``slot_elems`` elements; a collective of ``count`` elements needs
-``ceil(count / (nranks * slot_elems))`` loops of ``2 * nranks - 1`` steps.
+``ceil(count / (nranks * slot_elems))`` loops of ``2 * nranks - 1`` steps. The model's
+collectives all take the ring: the daemon runs a small all_reduce one-shot instead (two
+steps, each waiting on every peer: kernels/plans.py), which the model leaves out.
 """
 
 from __future__ import annotations

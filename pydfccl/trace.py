@@ -16,12 +16,13 @@ __all__ = ["TraceReader", "TRACE_KEEP", "primitive_name", "to_chrome", "plot_tim
 
 def primitive_name(flags: int) -> str:
     """NCCL's name for a step's primitive ("recvReduceSend", ...) from its flags."""
+    from .kernels import plans
     from .kernels import primitives as P
 
     names = {P.SEND: "send", P.RECV_REDUCE_SEND: "recvReduceSend",
              P.RECV_REDUCE_COPY_SEND: "recvReduceCopySend", P.RECV_COPY_SEND: "recvCopySend",
-             P.RECV: "recv", P.COPY: "copy", P.SEND | P.F_ALL: "sendAll",
-             P.RECV_REDUCE_COPY_SEND & ~P.F_SEND | P.F_ALL: "recvReduceCopyAll"}
+             P.RECV: "recv", P.COPY: "copy", plans.SEND_ALL: "sendAll",
+             plans.RECV_REDUCE_ALL: "recvReduceCopyAll"}
     return names.get(flags) or names.get(flags | P.F_POSTDIV) or f"flags {flags}"
 
 

@@ -383,40 +383,47 @@ def _make_mover(storage, compute=None, widen=_same, narrow=_same):
     return mover, reduce_all
 
 
-_move_f32, _reduce_all_f32 = _make_mover(np.float32)
-_move_f64, _reduce_all_f64 = _make_mover(np.float64)
-_move_i32, _reduce_all_i32 = _make_mover(np.int32)
-_move_i64, _reduce_all_i64 = _make_mover(np.int64)
-_move_i8, _reduce_all_i8 = _make_mover(np.int8)
-_move_u8, _reduce_all_u8 = _make_mover(np.uint8)
-_move_f16, _reduce_all_f16 = _make_mover(np.float16, np.float32, float16_to_float32,
-                                         float32_to_float16)
-_move_bf16, _reduce_all_bf16 = _make_mover(np.uint16, np.float32, bfloat16_to_float32,
-                                           float32_to_bfloat16)
 DT_F32, DT_F64, DT_I32, DT_I64, DT_I8, DT_U8, DT_F16, DT_BF16 = (
     DTYPES[k] for k in ("float32", "float64", "int32", "int64", "int8", "uint8", "float16",
                      "bfloat16"))
 
 
-@cuda.jit(device=True)
-def move(dtype, n, flags, op, divisor, slot_in, user_in, slot_out, user_out):
-    """Run by every thread of the block: one primitive's data movement for ``n`` elements."""
-    if dtype == DT_F32:
-        _move_f32(n, flags, op, divisor, slot_in, user_in, slot_out, user_out)
-    elif dtype == DT_F64:
-        _move_f64(n, flags, op, divisor, slot_in, user_in, slot_out, user_out)
-    elif dtype == DT_I32:
-        _move_i32(n, flags, op, divisor, slot_in, user_in, slot_out, user_out)
-    elif dtype == DT_I64:
-        _move_i64(n, flags, op, divisor, slot_in, user_in, slot_out, user_out)
-    elif dtype == DT_I8:
-        _move_i8(n, flags, op, divisor, slot_in, user_in, slot_out, user_out)
-    elif dtype == DT_U8:
-        _move_u8(n, flags, op, divisor, slot_in, user_in, slot_out, user_out)
-    elif dtype == DT_F16:
-        _move_f16(n, flags, op, divisor, slot_in, user_in, slot_out, user_out)
-    elif dtype == DT_BF16:
-        _move_bf16(n, flags, op, divisor, slot_in, user_in, slot_out, user_out)
+def _by_dtype(f32, f64, i32, i64, i8, u8, f16, bf16):
+    """A device function ``(dtype, *args)`` that calls the function given for the dtype
+    code with ``args``: the daemon's one switch on the element type (a factory, not a
+    template)."""
+    @cuda.jit(device=True)
+    def by_dtype(dtype, *args):
+        if dtype == DT_F32:
+            f32(*args)
+        elif dtype == DT_F64:
+            f64(*args)
+        elif dtype == DT_I32:
+            i32(*args)
+        elif dtype == DT_I64:
+            i64(*args)
+        elif dtype == DT_I8:
+            i8(*args)
+        elif dtype == DT_U8:
+            u8(*args)
+        elif dtype == DT_F16:
+            f16(*args)
+        elif dtype == DT_BF16:
+            bf16(*args)
+
+    return by_dtype
+
+
+_MOVERS = [_make_mover(np.float32), _make_mover(np.float64), _make_mover(np.int32),
+           _make_mover(np.int64), _make_mover(np.int8), _make_mover(np.uint8),
+           _make_mover(np.float16, np.float32, float16_to_float32, float32_to_float16),
+           _make_mover(np.uint16, np.float32, bfloat16_to_float32, float32_to_bfloat16)]
+
+# Run by every thread of the block: one primitive's data movement for ``n`` elements,
+# move(dtype, n, flags, op, divisor, slot_in, user_in, slot_out, user_out).
+move = _by_dtype(*(mover for mover, _ in _MOVERS))
+# reduce_all(dtype, n, flags, op, divisor, srcs, nsrc, user_out): see ``_make_mover``.
+_reduce_all = _by_dtype(*(reduce_all for _, reduce_all in _MOVERS))
 
 
 @cuda.jit(device=True)
@@ -428,19 +435,5 @@ def move_all(dtype, n, flags, op, divisor, user_in, addrs, nranks, user_out):
     if flags & F_SEND:
         for k in range(nranks - 1):
             move(dtype, n, F_USER_IN | F_SEND, op, 1, 0, user_in, addrs[k], 0)
-    elif dtype == DT_F32:
-        _reduce_all_f32(n, flags, op, divisor, addrs, nranks, user_out)
-    elif dtype == DT_F64:
-        _reduce_all_f64(n, flags, op, divisor, addrs, nranks, user_out)
-    elif dtype == DT_I32:
-        _reduce_all_i32(n, flags, op, divisor, addrs, nranks, user_out)
-    elif dtype == DT_I64:
-        _reduce_all_i64(n, flags, op, divisor, addrs, nranks, user_out)
-    elif dtype == DT_I8:
-        _reduce_all_i8(n, flags, op, divisor, addrs, nranks, user_out)
-    elif dtype == DT_U8:
-        _reduce_all_u8(n, flags, op, divisor, addrs, nranks, user_out)
-    elif dtype == DT_F16:
-        _reduce_all_f16(n, flags, op, divisor, addrs, nranks, user_out)
-    elif dtype == DT_BF16:
-        _reduce_all_bf16(n, flags, op, divisor, addrs, nranks, user_out)
+    else:
+        _reduce_all(dtype, n, flags, op, divisor, addrs, nranks, user_out)

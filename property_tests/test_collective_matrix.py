@@ -26,7 +26,8 @@ from pydfccl.reference import buffer_elems, reference
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
 OPS = ("sum", "prod", "max", "min", "avg")
 DTYPES = ("float32", "float16", "bfloat16", "float64", "int32", "int64", "int8", "uint8")
-# 1, and counts around a slot: the simulator's 256-byte slot holds 32..256 elements
+# 1, and counts around a slot: the simulator's 256-byte slot holds 32..256 elements; an
+# all_reduce of up to a lane (256 bytes on 2 ranks, 128 on 3) runs one-shot
 COUNTS = st.one_of(st.sampled_from([1, 2, 31, 32, 33, 128, 129, 257]), st.integers(1, 300))
 LAUNCH_TIMEOUT = 180.0
 

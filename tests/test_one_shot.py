@@ -11,8 +11,9 @@ import workers
 from pydfccl.demo import DemoOptions, run_demo
 from pydfccl.kernels.plans import ONE_SHOT, ONE_SHOT_BYTES, lane_bytes, one_shot, table_kind
 from pydfccl.reference import _reduce, reference
+from pydfccl.world import machine_sizes
 
-SLOT = 256      # the simulator's default slot
+SLOT = 256      # a slot size for the arithmetic of lanes (the simulator's default)
 
 
 def test_lanes_cut_a_slot_in_16_byte_multiples():
@@ -41,16 +42,18 @@ def test_one_rank_and_too_many_ranks_keep_the_ring():
 
 
 def _cases(nranks):
-    """One-shot sizes (a lane full, and less) and the first ring size, in 16-bit floats
-    whose sums round differently in another order, and in other dtypes and ops."""
-    lane = lane_bytes(nranks, SLOT)
-    return [("all_reduce", lane // 2, "float16", "sum", 0),
-            ("all_reduce", lane // 2 + 1, "float16", "sum", 0),      # the ring
+    """One-shot sizes (the most, and less) and the first ring size, in 16-bit floats whose
+    sums round differently in another order, and in other dtypes and ops; for the slots a
+    launch on this machine takes."""
+    _, slot_bytes = machine_sizes(nranks)
+    most = min(lane_bytes(nranks, slot_bytes), ONE_SHOT_BYTES)
+    return [("all_reduce", most // 2, "float16", "sum", 0),
+            ("all_reduce", most // 2 + 1, "float16", "sum", 0),      # the ring
             ("all_reduce", 3, "bfloat16", "avg", 0),
-            ("all_reduce", lane, "int8", "sum", 0),
+            ("all_reduce", most, "int8", "sum", 0),
             ("all_reduce", 1, "float32", "max", 0),
             ("all_reduce", 5, "float64", "prod", 0),
-            ("all_reduce", lane // 4, "int32", "avg", 0)]
+            ("all_reduce", most // 4, "int32", "avg", 0)]
 
 
 @pytest.mark.parametrize("nranks", [2, 4])

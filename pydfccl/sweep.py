@@ -47,9 +47,11 @@ from . import platform
 from .codes import COLLECTIVE_KINDS, DTYPES, OPS, storage_dtype
 from .gcpause import gc_paused
 from .group import close_all, init_all, start_all
+from .kernels.plans import one_shot_limit
 from .launch import BACKENDS, default_backend, launch
 from .reference import buffer_elems, reference
 from .sched.policies import get_policy, policy_names
+from .world import machine_sizes
 
 __all__ = ["SweepOptions", "bus_factor", "sizes", "sweep_worker", "run_sweep", "add_hbm",
            "format_hbm_table", "hbm_report", "main"]
@@ -508,6 +510,12 @@ def main(argv: list[str]) -> int:
           f"{opts.policy}" + "".join(f" {k}={v}" for k, v in opts.params.items())
           + f", {opts.iters} runs per size after {opts.warmup} warm-up"
           + "".join(f", {k} {v}" for k, v in opts.world.items()))
+    if opts.coll == "all_reduce":
+        _, slot_bytes = machine_sizes(opts.nranks, slot_bytes=opts.world.get("slot_bytes"))
+        most = one_shot_limit(opts.nranks, slot_bytes)
+        print(f"# all_reduce up to {most} bytes runs one-shot, larger in the ring "
+              "(PYDFCCL_ONE_SHOT_BYTES; docs/design.md)" if most else
+              "# all_reduce runs in the ring at every size")
     modes = ["daemon"] + {"none": [], "launch": ["launch"], "nccl": ["nccl"],
                           "both": ["launch", "nccl"], "torch": ["torch"],
                           "all": ["launch", "nccl", "torch"]}[args.baseline]

@@ -232,6 +232,9 @@ def test_bench_param_reaches_the_ranks_daemons(tmp_path, capsys):
     (row,) = json.loads(out_json.read_text())["rows"]
     assert row["wrong"] == 0
     assert row["preemptions"] >= 50
+    # 2 ranks' lanes are whole 256-byte slots: 4 KiB runs in the ring
+    assert "# all_reduce up to 256 bytes runs one-shot, larger in the ring" in \
+        capsys.readouterr().out
 
 
 def test_bench_cycles_alternate_the_modes_and_report_each_sizes_median(monkeypatch, tmp_path,

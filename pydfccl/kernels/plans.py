@@ -47,8 +47,8 @@ from .primitives import COPY, F_ALL, F_POSTDIV, F_RECV, F_SEND, F_USER_IN, F_USE
 from .ring import chunk_span, ring_index, ring_step
 
 __all__ = ["steps_per_loop", "loop_elems", "plan_step", "step_peers", "connector_sets",
-           "ONE_SHOT", "ONE_SHOT_BYTES", "lane_bytes", "device_lane_bytes", "one_shot",
-           "table_kind"]
+           "ONE_SHOT", "ONE_SHOT_BYTES", "lane_bytes", "device_lane_bytes", "one_shot_limit",
+           "one_shot", "table_kind"]
 
 ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, BROADCAST, REDUCE, SEND, RECV, ALL_TO_ALL = (
     KINDS[k] for k in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce",
@@ -80,11 +80,18 @@ def lane_bytes(nranks: int, slot_bytes: int) -> int:
 device_lane_bytes = cuda.jit(device=True)(lane_bytes)
 
 
+def one_shot_limit(nranks: int, slot_bytes: int) -> int:
+    """The largest all_reduce, in bytes, that runs one-shot on ``nranks`` ranks with slots
+    of ``slot_bytes`` (0: none does)."""
+    if not 2 <= nranks <= CONN_LANES + 1:
+        return 0
+    return min(ONE_SHOT_BYTES, lane_bytes(nranks, slot_bytes))
+
+
 def one_shot(count: int, itemsize: int, nranks: int, slot_bytes: int) -> bool:
     """Whether an all_reduce of ``count`` elements runs one-shot (host side; every rank
     decides alike from sizes they share)."""
-    return (2 <= nranks <= CONN_LANES + 1
-            and count * itemsize <= min(ONE_SHOT_BYTES, lane_bytes(nranks, slot_bytes)))
+    return count * itemsize <= one_shot_limit(nranks, slot_bytes)
 
 
 def table_kind(kind: str, count: int, itemsize: int, nranks: int, slot_bytes: int) -> int:

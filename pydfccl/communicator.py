@@ -230,16 +230,16 @@ class Communicator:
             self._prepare_late(spec)
         self._specs[spec.coll_id] = spec
 
-    def _one_shot(self, spec: CollSpec) -> bool:
-        itemsize = np.dtype(spec.dtype).itemsize
-        return table_kind(spec.kind, spec.count, itemsize, self.nranks,
-                          self.world.config.slot_bytes) == ONE_SHOT
+    def _daemon_kind(self, spec: CollSpec) -> int:
+        """The kind the daemon's table records (``plans.ONE_SHOT`` for a small all_reduce)."""
+        return table_kind(spec.kind, spec.count, np.dtype(spec.dtype).itemsize, self.nranks,
+                          self.world.config.slot_bytes)
 
     def _signature(self, spec: CollSpec) -> dict:
         """What must agree across ranks: the spec's fields, and whether it runs one-shot,
         which a rank's PYDFCCL_ONE_SHOT_BYTES also decides (ranks that disagree would wait
         on different counters)."""
-        return dict(spec.signature(), one_shot=self._one_shot(spec))
+        return dict(spec.signature(), one_shot=self._daemon_kind(spec) == ONE_SHOT)
 
     def _table_entry(self, spec: CollSpec, conn: int) -> tuple:
         """The daemon's collective-table record of ``spec`` using connector sets from
@@ -248,9 +248,8 @@ class Communicator:
         itemsize = np.dtype(spec.dtype).itemsize
         nchannels = channel_count(spec.kind == "all_reduce", spec.count, itemsize, self.nranks,
                                   cfg.nblocks, cfg.slot_bytes)
-        kind = ONE_SHOT if self._one_shot(spec) else kind_code(spec.kind)
-        return (kind, dtype_code(spec.dtype), op_code(spec.op), spec.count, spec.root,
-                nchannels, itemsize, conn)
+        return (self._daemon_kind(spec), dtype_code(spec.dtype), op_code(spec.op), spec.count,
+                spec.root, nchannels, itemsize, conn)
 
     def _prepare_late(self, spec: CollSpec) -> None:
         """Place ``spec``, write its table entry (the daemon reads it at the first run,
@@ -264,8 +263,9 @@ class Communicator:
         entry = np.array([self._table_entry(spec, conn)], L.COLL_ENTRY)
         self.world.pools[self.rank].write(L.P_COLLS + index * L.COLL_ENTRY.itemsize, entry)
         published = self._row["registered"][0]
+        one_shot = int(entry["kind"][0] == ONE_SHOT)
         published[index] = (0, spec.coll_id, kind_code(spec.kind), dtype_code(spec.dtype),
-                            op_code(spec.op), spec.count, spec.root, int(self._one_shot(spec)))
+                            op_code(spec.op), spec.count, spec.root, one_shot)
         published["published"][index] = 1       # last: the peers read the fields after it
         with self._lock:
             self._index[spec.coll_id] = index

@@ -79,10 +79,11 @@ def latency_worker(comm, iters: int, warmup: int, count: int, dtype: str,
 
 
 def one_thread_latency(nranks: int, iters: int, warmup: int, count: int, dtype: str,
-                       policy: str, persistent: bool, colls: int = 1) -> dict:
+                       policy: str, persistent: bool, colls: int = 1,
+                       nthreads: int | None = None) -> dict:
     """The same runs with one thread driving every rank (``init_all``): each iteration
     submits on all ranks, then waits for all; no GIL hand-offs between rank threads."""
-    comms = init_all(nranks, policy=policy, persistent=persistent, **_sizes(colls))
+    comms = init_all(nranks, policy=policy, persistent=persistent, **_sizes(colls, nthreads))
     try:
         pairs = [_prepare(comm, colls, count, dtype) for comm in comms]
         start_all(comms)
@@ -109,9 +110,13 @@ def group_order(comms: list, pairs: list) -> list:
             for rank, comm in enumerate(comms)]
 
 
-def _sizes(colls: int) -> dict:
-    """World sizes for ``colls`` collectives (the defaults hold 16 on the simulator)."""
-    return {"max_colls": colls} if colls > 16 else {}
+def _sizes(colls: int, nthreads: int | None) -> dict:
+    """World sizes for ``colls`` collectives (the defaults hold 16 on the simulator) and
+    blocks of ``nthreads`` (None: the default)."""
+    sizes = {"max_colls": colls} if colls > 16 else {}
+    if nthreads is not None:
+        sizes["nthreads"] = nthreads
+    return sizes
 
 
 def _summary(times_us, submit_us, stats) -> dict:
@@ -121,13 +126,13 @@ def _summary(times_us, submit_us, stats) -> dict:
 
 def measure_latency(nranks: int, iters: int, warmup: int, count: int, dtype: str, policy: str,
                     persistent: bool, backend=None, driver: str = "threads",
-                    colls: int = 1) -> dict:
+                    colls: int = 1, nthreads: int | None = None) -> dict:
     if driver == "one":
         return one_thread_latency(nranks, iters, warmup, count, dtype, policy, persistent,
-                                  colls)
+                                  colls, nthreads)
     per_rank = launch(latency_worker, nranks, policy=policy, backend=backend,
                       persistent=persistent, args=(iters, warmup, count, dtype, colls),
-                      **_sizes(colls))
+                      **_sizes(colls, nthreads))
     times = np.max([r["times_us"] for r in per_rank], axis=0)   # a run ends on its slowest rank
     submit = np.median([r["submit_us"] for r in per_rank])   # time inside run(), all ranks
     return _summary(times, submit, [r["stats"] for r in per_rank])
@@ -148,6 +153,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "collective; 64 with --count 1024: 64 concurrent 4 KiB all-reduces)")
     p.add_argument("--policy", default="dfccl", choices=policy_names())
     p.add_argument("--backend", choices=BACKENDS, default=None)
+    p.add_argument("--nthreads", type=int, default=None,
+                   help="threads per daemon block (WorldConfig; default: the machine's)")
     p.add_argument("--switch-interval", type=float, default=None,
                    help="set sys.setswitchinterval (seconds) for this run")
     p.add_argument("--no-baseline", action="store_true",
@@ -182,7 +189,7 @@ def main(argv: list[str]) -> int:
             try:
                 results[name] = measure_latency(args.nranks, args.iters, args.warmup,
                                                 args.count, args.dtype, policy, persistent,
-                                                args.backend, d, args.colls)
+                                                args.backend, d, args.colls, args.nthreads)
             except PydfcclError as exc:
                 failed += 1
                 print(f"{d:<8} {name:<24} failed: {str(exc).splitlines()[0]}", flush=True)

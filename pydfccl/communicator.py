@@ -80,14 +80,16 @@ _daemons = {}
 _daemons_lock = threading.Lock()
 
 
-def _daemon_for(policy):
-    """The compiled daemon of ``policy`` (one per policy and process)."""
+def _daemon_for(policy, nthreads: int):
+    """The compiled daemon of ``policy`` for blocks of ``nthreads`` (one per policy and
+    register cap in a process)."""
+    from .kernels.compiler import register_cap
     from .kernels.daemon import compile_now, make_daemon
 
-    key = (policy.name, policy.functions)
+    key = (policy.name, policy.functions, register_cap(nthreads))
     with _daemons_lock:
         if key not in _daemons:
-            kernel = make_daemon(policy)
+            kernel = make_daemon(policy, nthreads)
             compile_now(kernel)
             _daemons[key] = kernel
         return _daemons[key]
@@ -296,7 +298,7 @@ class Communicator:
         self._tracer = TraceReader(self.world.pools[self.rank], self.rank, cfg.nblocks,
                                    self._by_index)
         self._stream = platform.new_stream()
-        self._daemon = _daemon_for(self.policy)
+        self._daemon = _daemon_for(self.policy, cfg.nthreads)
         self._state = "started"
         logger.info("rank %d/%d started: %d collectives, policy %s, %s", self.rank, self.nranks,
                     len(self._specs), self.policy.name,

@@ -180,6 +180,8 @@ POOL_HEADER = np.dtype([
     ("peers_local", I8),      # 1 when every peer's memory is on this GPU (GPU-scope fences
     #                           do); the host writes it with the pools
     ("pad7", I8, 7),
+    ("step_phases", I8, 16),  # cycles in each phase of a step, summed over blocks, in a
+    #                           daemon built with PYDFCCL_PROFILE_STEPS=1 (step_profile.py)
     ("counts", BLOCK_COUNTS, MAX_BLOCKS),   # each block's counters, saved when it exits
     ("sq_copy", SQ_COPY, SQ_CAP),   # the SQ entries below sq_seen, in device memory
     ("done", I8, (MAX_COLLS, RUNS_IN_FLIGHT)),   # blocks that finished each collective's
@@ -245,6 +247,7 @@ P_ABORT = word(POOL_HEADER, "abort")
 assert word(POOL_HEADER, "abort_next_look") == P_ABORT + 8   # primitives.abort_seen
 P_PARAMS = word(POOL_HEADER, "params")
 P_PEERS_LOCAL = word(POOL_HEADER, "peers_local")
+P_STEP_PHASES = word(POOL_HEADER, "step_phases")
 P_COUNTS = word(POOL_HEADER, "counts")
 BC_SIZE = BLOCK_COUNTS.itemsize
 BC = {name: word(BLOCK_COUNTS, name) for name in BLOCK_COUNTS.names}

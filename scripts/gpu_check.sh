@@ -15,6 +15,7 @@ esac
 for s in $stages; do
   case $s in
     tests)      stage tests 300 env PYDFCCL_DEADLOCK_STACKS=1 $PY -m pytest -q -rfE --tb=short -p no:cacheprovider -o faulthandler_timeout=100 tests/test_engine.py tests/test_kernels_compile.py tests/test_layout.py tests/test_trace.py tests/test_buffers_lifetime.py tests/test_soak.py tests/test_collectives.py tests/test_group.py tests/test_point_to_point.py tests/test_foreign_buffers.py tests/test_movers.py tests/test_late_registration.py tests/test_hold.py tests/test_one_shot.py ;;
+    tests_one_shot) stage tests_one_shot 120 $PY -m pytest -q -rfE --tb=short -p no:cacheprovider tests/test_one_shot.py ;;
     flaky)      # the two tests that failed at 22:44, three times more; a failure shows every
                 # thread's stack at the deadlock report (PYDFCCL_DEADLOCK_STACKS=1)
                 for i in 1 2 3; do
@@ -41,6 +42,26 @@ for s in $stages; do
                 # ring on two ranks the same way (3 steps a loop of 32 bytes)
                 stage step_cost1 60 $PY -m pydfccl bench --nranks 1 -b 16 -e 16384 -f 32 --nblocks 1 --slot-bytes 16 -n 50 -w 5 --baseline none --no-hbm --no-progress
                 stage step_cost2 60 env PYDFCCL_ONE_SHOT_BYTES=0 $PY -m pydfccl bench --nranks 2 -b 32 -e 16384 -f 32 --nblocks 1 --slot-bytes 16 -n 50 -w 5 --baseline none --no-hbm --no-progress ;;
+    registers)  # the daemon's register cap follows the block's width (compiler.register_cap):
+                # 512 threads 128 registers (ptxas spills thread 0's state), 384 168, 256
+                # 255 (no spills): a no-wait step's cost and the 2- and 8-rank latency,
+                # the widths interleaved (THREADS) since the host drifts between runs
+                i=0
+                for t in ${THREADS:-512 256 384 512 256}; do
+                  i=$((i + 1))
+                  stage step_cost1_t${t}_$i 60 $PY -m pydfccl bench --nranks 1 -b 16 -e 16384 -f 32 --nblocks 1 --nthreads $t --slot-bytes 16 -n 50 -w 5 --baseline none --no-hbm --no-progress
+                  stage bench2_t${t}_$i 100 $PY -m pydfccl bench latency -n 2 --iters 10000 --driver one --nthreads $t
+                  stage bench8_t${t}_$i 100 $PY -m pydfccl bench latency -n 8 --iters 1000 --driver one --nthreads $t --no-baseline
+                done ;;
+    step_phases) # where a step's time goes, phase by phase (the daemon built with
+                # PYDFCCL_PROFILE_STEPS=1, kernels/step_profile.py), blocks of 256 and 512
+                stage step_phases 200 $PY scripts/probe_step_phases.py --nthreads 256 512 --runs 50 ;;
+    width_big)  # large messages with blocks of 512 and 256 threads (THREADS), the default
+                # world and the large-message one (32 blocks of 512 KiB slots)
+                for t in ${THREADS:-512 256}; do
+                  stage width_big_t$t 150 $PY -m pydfccl bench --nranks 4 -b 1048576 -e 268435456 -f 4 -n 20 -w 5 --nthreads $t --baseline none --no-progress
+                  stage width_big32_t$t 150 $PY -m pydfccl bench --nranks 4 -b 16777216 -e 268435456 -f 16 -n 20 -w 5 --nthreads $t --nblocks 32 --slot-bytes 524288 --baseline none --no-progress
+                done ;;
     one_shot_limit) # where the one-shot stops paying: 4 KiB to 64 KiB one-shot (a larger
                 # limit; 8 ranks' lanes stop at 18,720 bytes) against the ring
                 for limit in 65536 0; do

@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from pydfccl.kernels.compiler import register_cap
 from pydfccl.sched.policies import policy_names
 from pydfccl.world import WorldConfig
 
@@ -69,12 +70,15 @@ from pydfccl.kernels.compiler import fingerprint
 from pydfccl.kernels.daemon import make_daemon
 from pydfccl.sched.policies import get_policy
 kernel = make_daemon(get_policy("dfccl"))
+narrow = make_daemon(get_policy("dfccl"), nthreads=256)
 print(json.dumps(dict(
     dfccl=fingerprint(get_policy("dfccl")),
     nccl=fingerprint(get_policy("nccl")),
     tuned=fingerprint(get_policy("dfccl").with_params(BASE=1)),
     cache_key=kernel._cache._stable_key,
-    registers=kernel.targetoptions["max_registers"])))
+    registers=kernel.targetoptions["max_registers"],
+    narrow_key=narrow._cache._stable_key,
+    narrow_registers=narrow.targetoptions["max_registers"])))
 """
 
 
@@ -90,9 +94,17 @@ def test_the_daemons_disk_cache_key_is_the_same_in_every_process():
         keys.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     assert keys[0] == keys[1]
     key = keys[0]
-    assert key["cache_key"] == key["dfccl"] != key["nccl"]
+    assert key["cache_key"] == key["dfccl"] + "-r128" != key["nccl"] + "-r128"
     assert key["tuned"] == key["dfccl"]          # parameters are data: no new kernel
     assert key["registers"] * 512 <= 65536       # every policy launches 512 threads
+    # blocks of 256 threads take a daemon of their own, with every register a thread may have
+    assert key["narrow_registers"] == 255
+    assert key["narrow_key"] == key["dfccl"] + "-r255"
+
+
+def test_the_register_cap_follows_the_blocks_width():
+    assert [register_cap(n) for n in (512, 500, 384, 257, 256, 128, 1)] == [
+        128, 128, 168, 248, 255, 255, 255]
 
 
 def test_more_threads_than_the_register_cap_allows_are_refused():

@@ -16,6 +16,24 @@ def test_host_path_probe_completes_runs_against_its_echo_daemon():
     assert "host only (echo daemon), 300 runs: median" in out.stdout
 
 
+def test_step_profile_counts_every_step_and_times_each_phase():
+    """The daemon built with PYDFCCL_PROFILE_STEPS=1 (on the simulator): exactly the steps
+    of each workload (1,024 a copy run; 3 a ring loop of 8 elements, 512 loops a run, on
+    two ranks; 2 a one-shot run on two ranks), and time in every phase of a step."""
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    out = subprocess.run([sys.executable, str(SCRIPTS / "probe_step_phases.py"),
+                          "--nthreads", "1", "--runs", "2"],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = {cells[0]: cells[1:] for cells in map(str.split, out.stdout.splitlines())
+            if cells and cells[0] in ("copy", "ring", "one_shot")}
+    assert {name: row[0] for name, row in rows.items()} == dict(
+        copy="2,048", ring="6,144", one_shot="8")
+    for name, row in rows.items():
+        phases = [float(cell.replace(",", "")) for cell in row[1:8]]
+        assert all(cycles > 0 for cycles in phases), (name, row)
+
+
 def test_probe_big_summarizes_an_event_log(tmp_path):
     """A two-rank, one-channel log: runs of 3 and 5 us, the ranks taking each run 1 and 2 us
     apart, and one launch per rank."""

@@ -543,12 +543,14 @@ def late_mismatch(comm, case):
 
 
 def one_shot_limits_differ(comm, late: bool):
-    """Rank 1 turns the one-shot all_reduce off (as PYDFCCL_ONE_SHOT_BYTES=0 would), the
-    others keep it: preparing at start, or after it (``late``), must fail, not hang."""
-    from pydfccl.kernels import plans
+    """Rank 1 runs the small all_reduce in the ring (as its PYDFCCL_ONE_SHOT_BYTES=0 would
+    decide), the others one-shot: preparing at start, or after it (``late``), must fail,
+    not hang. The decision is patched on rank 1's communicator alone, not in ``plans``,
+    which rank threads of one process share."""
+    from pydfccl.kernels.plans import KINDS
 
     if comm.rank == 1:
-        plans.ONE_SHOT_BYTES = 0
+        comm._daemon_kind = lambda spec: KINDS[spec.kind]
     if late:
         comm.start()
     comm.prepare(0, "all_reduce", count=4, dtype="float32")

@@ -9,8 +9,12 @@ Two things that plain ``cuda.jit(cache=True)`` gets wrong for the daemon:
   policy's functions instead, which is what the machine code depends on.
 * **A policy could exhaust the registers.** Compiled with the ``nccl`` policy's constants the
   daemon took more than 128 registers per thread and could not launch 512 threads
-  (``CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES``); the cap makes every policy launchable at
-  :data:`MAX_THREADS`.
+  (``CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES``). The cap (:func:`register_cap`) follows the
+  block's width: 128 for 512 threads, which makes every policy launchable, and more for
+  narrower blocks, so that thread 0's scheduler keeps its state in registers. Under the
+  128 cap ptxas spills (2026-11-30, CUDA 13.5's nvJitLink for sm_90: a 256-byte stack
+  frame, 634 bytes of spill stores and 780 of loads in the dfccl daemon; at 168, 64 and 40;
+  uncapped it takes 222 registers and spills nothing).
 
 The simulator runs kernels as Python and takes neither option; this module is the only
 place that knows.
@@ -26,10 +30,9 @@ from numba import cuda
 
 from .memory import SIMULATOR
 
-__all__ = ["MAX_THREADS", "daemon_kernel"]
+__all__ = ["MAX_THREADS", "daemon_kernel", "register_cap"]
 
 MAX_THREADS = 512                         # threads per daemon block, at most
-_REGISTERS = 65536 // MAX_THREADS         # an SM's register file shared by one full block
 
 _PACKAGE = Path(__file__).resolve().parent.parent
 # The files whose text becomes the daemon's machine code (the kernels and the constants
@@ -56,8 +59,15 @@ def fingerprint(policy) -> str:
     return digest.hexdigest()
 
 
+def register_cap(nthreads: int) -> int:
+    """The registers a daemon thread may use in blocks of ``nthreads``: an SM's file
+    (65,536) shared by one full block, in the 8-register steps a warp is given them, 255 at
+    most (the instruction set's limit)."""
+    return min(255, 65536 // max(1, nthreads) // 8 * 8)
+
+
 if SIMULATOR:
-    def daemon_kernel(policy):
+    def daemon_kernel(policy, registers: int, variant: str = ""):
         """The simulator's kernel decorator (it caches and caps nothing)."""
         return cuda.jit
 else:
@@ -74,12 +84,13 @@ else:
             key = super()._index_key(sig, codegen)
             return key[:3] + (self._stable_key,) + key[4:]
 
-    def daemon_kernel(policy):
-        """``cuda.jit`` for ``policy``'s daemon: register-capped, cached across processes."""
-        key = fingerprint(policy)
+    def daemon_kernel(policy, registers: int, variant: str = ""):
+        """``cuda.jit`` for ``policy``'s daemon with at most ``registers`` a thread, cached
+        across processes (a build ``variant``, such as the step profile, apart)."""
+        key = f"{fingerprint(policy)}-r{registers}{variant}"
 
         def decorate(fn):
-            kernel = cuda.jit(max_registers=_REGISTERS)(fn)
+            kernel = cuda.jit(max_registers=registers)(fn)
             kernel._cache = _PolicyKeyedCache(kernel.py_func, key)
             return kernel
         return decorate

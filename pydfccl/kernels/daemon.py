@@ -38,7 +38,9 @@ from numba import cuda
 
 from .. import layout as L
 from ..sched.policies import PARAM_SLOTS
-from .compiler import daemon_kernel
+from . import step_profile
+from .compiler import MAX_THREADS, daemon_kernel, register_cap
+from .divide import remainder
 from .memory import (as_array, atomic_add_gpu, atomic_max_gpu, backoff, fence_gpu, fence_sys,
                      load16, load_acquire, load_volatile, now_ns, sm_id, store16,
                      store_volatile)
@@ -48,6 +50,7 @@ from .primitives import (F_ALL, F_POSTDIV, F_RECV, F_SEND, SPIN_ABORT, SPIN_PREE
 from .plans import (ALL_TO_ALL, device_lane_bytes, loop_elems, plan_step, step_peers,
                     steps_per_loop)
 from .ring import channel_span, ring_index
+from .step_profile import PROFILE_STEPS, SHARED_WORDS as PROFILE_SHARED_WORDS, lap
 
 __all__ = ["make_daemon", "compile_now", "DAEMON_SIGNATURE"]
 
@@ -68,7 +71,7 @@ P_RANK_PROGRESS, P_SQ_SEEN, P_SQ_COPY = L.P_RANK_PROGRESS, L.P_SQ_SEEN, L.P_SQ_C
 P_SQ_NEXT_POLL, P_ABORT, P_PARAMS, P_PEERS_LOCAL = (
     L.P_SQ_NEXT_POLL, L.P_ABORT, L.P_PARAMS, L.P_PEERS_LOCAL)
 assert L.POOL_HEADER.fields["params"][0].shape == (PARAM_SLOTS,)
-P_COUNTS, BC_SIZE = L.P_COUNTS, L.BC_SIZE
+P_COUNTS, BC_SIZE, P_STEP_PHASES = L.P_COUNTS, L.BC_SIZE, L.P_STEP_PHASES
 BC_COMPLETED, BC_PREEMPTIONS, BC_PROGRESS, BC_EXITS = (
     L.BC[k] for k in ("completed", "preemptions", "progress", "exits"))
 SQ_COPY_SIZE = L.SQ_COPY_SIZE
@@ -343,8 +346,9 @@ def _finish(st, sh, ctl, pool, tasks, coll, block, nblocks):
     store_volatile(status + BS_PROGRESS, st[S_PROGRESS])
 
 
-def make_daemon(policy):
-    """Compile ``policy`` into a daemon kernel (all five functions become device code)."""
+def make_daemon(policy, nthreads: int = MAX_THREADS):
+    """Compile ``policy`` into a daemon kernel (all five functions become device code) for
+    blocks of up to ``nthreads`` threads (``compiler.register_cap``)."""
     threshold_on_load = cuda.jit(device=True)(policy.threshold_on_load)
     threshold_after_wait = cuda.jit(device=True)(policy.threshold_after_wait)
     tries_per_pass = cuda.jit(device=True)(policy.tries_per_pass)
@@ -504,7 +508,7 @@ def make_daemon(policy):
 
     @cuda.jit(device=True)
     def schedule(st, act, akey, sh, addrs, params, ctl, pool, colls, tasks, queue, peers,
-                 rank, nranks, nslots, slot_bytes, conn_stride, block, nblocks, limit):
+                 rank, nranks, nslots, slot_bytes, conn_stride, block, nblocks, limit, prof):
         """Thread 0: decide the block's next command (a step to move, or exit)."""
         status = _status(ctl, block)
         while True:
@@ -530,6 +534,7 @@ def make_daemon(policy):
                             sh[SH_CMD] = CMD_EXIT
                             return
                         backoff()
+                        lap(prof, step_profile.PH_IDLE)
                         continue
                 if st[S_POS] >= sh[SH_NACT]:    # the pass is over
                     if _may_quit(st, params, ctl, pool, block, nblocks):
@@ -550,6 +555,7 @@ def make_daemon(policy):
                 st[S_TRIES_LEFT] = 0
                 _finish(st, sh, ctl, pool, tasks, coll, block, nblocks)
                 next_run(act, akey, sh, params, tasks, queue, coll)
+                lap(prof, step_profile.PH_RETIRE)
                 continue
 
             flags, in_first, out_first, n = plan_step(
@@ -563,6 +569,7 @@ def make_daemon(policy):
             need_head = st[S_SENT] + 1 - nslots if flags & F_SEND else 0
             lanes = nranks - 1 if flags & F_ALL else 1
             budget = st[S_THRESH]
+            lap(prof, step_profile.PH_PLAN)
             if st[S_CQ_HELD] > 0 and not ready_now(mine + CONN_TAIL, need_tail,
                                                    mine + CONN_HEAD, need_head, lanes):
                 _publish_cq(st, sh, ctl)     # held completions must not wait for a peer
@@ -578,6 +585,7 @@ def make_daemon(policy):
                                    pool + P_ABORT, st[S_LOCAL])
                 if waited >= 0:
                     waited += QUICK_WAIT_NS
+            lap(prof, step_profile.PH_WAIT)
             if waited == SPIN_ABORT:
                 save_task(st, tasks, 1)
                 sh[SH_CMD] = CMD_EXIT
@@ -608,14 +616,14 @@ def make_daemon(policy):
             sh[SH_DIV] = nranks if st[S_OP] == OP_AVG else 1
             if st[S_OP] != OP_AVG:
                 sh[SH_FLAGS] = flags & ~F_POSTDIV
-            sh[SH_SLOT_IN] = mine + CONN_HEADER + (st[S_RECVD] % nslots) * slot_bytes
+            sh[SH_SLOT_IN] = mine + CONN_HEADER + remainder(st[S_RECVD], nslots) * slot_bytes
             sh[SH_USER_IN] = st[S_SEND] + in_first * itemsize
-            sh[SH_SLOT_OUT] = nxt + CONN_HEADER + (st[S_SENT] % nslots) * slot_bytes
+            sh[SH_SLOT_OUT] = nxt + CONN_HEADER + remainder(st[S_SENT], nslots) * slot_bytes
             sh[SH_USER_OUT] = st[S_RECV] + out_first * itemsize
             if flags & F_ALL:
                 _lane_addrs(addrs, flags, sh[SH_USER_IN], peers, mine, rank, nranks, conn,
                             block, nblocks, conn_stride, slot_bytes,
-                            (st[S_SENT] if flags & F_SEND else st[S_RECVD]) % nslots)
+                            remainder(st[S_SENT] if flags & F_SEND else st[S_RECVD], nslots))
             st[S_FLAGS] = flags
             sh[SH_CMD] = CMD_MOVE
             return
@@ -630,7 +638,8 @@ def make_daemon(policy):
         # all_to_all sends and receives once per loop on each of its connector sets, so its
         # counters count loops and advance when a loop ends.
         per_loop = st[S_KIND] == ALL_TO_ALL
-        fence(st[S_LOCAL])    # the block's data (ordered by the barrier), then the flags
+        if flags & (F_SEND | F_RECV):   # the block's data (ordered by the barrier), then
+            fence(st[S_LOCAL])           # the flags; a copy publishes none
         if flags & F_ALL:     # lane k - 1 of rank r + k (a send) or r - k (a receive); lane
             #                     0, of the next and previous ranks, is the ring's, below
             for k in range(2, nranks):
@@ -689,7 +698,7 @@ def make_daemon(policy):
                 _insert(act, akey, sh, coll, order_key(params, tasks[task + T_PRIO],
                                                        tasks[task + T_SEQ], coll))
 
-    @daemon_kernel(policy)
+    @daemon_kernel(policy, register_cap(nthreads), "profile" if PROFILE_STEPS else "")
     def daemon(ctl, pool, peers_addr, rank, nranks, nslots, slot_bytes, conn_stride, limit):
         block = cuda.blockIdx.x
         nblocks = cuda.gridDim.x
@@ -698,6 +707,7 @@ def make_daemon(policy):
         addrs = cuda.shared.array(ADDR_WORDS, np.int64)    # an F_ALL step's (_lane_addrs)
         act = cuda.shared.array(MAX_COLLS, np.int64)
         akey = cuda.shared.array(MAX_COLLS, np.int64)
+        prof = cuda.shared.array(PROFILE_SHARED_WORDS, np.int64)
         st = cuda.local.array(S_WORDS, np.int64)
         # The policy's parameters live in host memory, a PCIe round trip per read, and
         # thread 0 reads them at every step: it copies them once per launch (the host sets
@@ -713,13 +723,17 @@ def make_daemon(policy):
             for i in range(PARAM_SLOTS):
                 params[i] = load_volatile(pool + P_PARAMS + i * 8)
             start(st, act, akey, sh, params, ctl, pool, tasks, block)
+            step_profile.begin(prof)
         cuda.syncthreads()
         while True:
             if tid == 0:
                 schedule(st, act, akey, sh, addrs, params, ctl, pool, colls, tasks, queue,
                          peers, rank, nranks, nslots, slot_bytes, conn_stride, block, nblocks,
-                         limit)
+                         limit, prof)
+                lap(prof, step_profile.PH_ISSUE)
             cuda.syncthreads()
+            if PROFILE_STEPS and tid == 0:
+                lap(prof, step_profile.PH_BARRIER_IN)
             cmd = sh[SH_CMD]
             if cmd == CMD_EXIT:
                 break
@@ -729,10 +743,16 @@ def make_daemon(policy):
             else:
                 move(sh[SH_DTYPE], sh[SH_N], sh[SH_FLAGS], sh[SH_OP], sh[SH_DIV],
                      sh[SH_SLOT_IN], sh[SH_USER_IN], sh[SH_SLOT_OUT], sh[SH_USER_OUT])
+            if PROFILE_STEPS and tid == 0:
+                lap(prof, step_profile.PH_MOVE)
             cuda.syncthreads()
             if tid == 0:
+                lap(prof, step_profile.PH_BARRIER_OUT)
                 post_step(st, ctl, peers, rank, nranks, block, nblocks, conn_stride)
+                lap(prof, step_profile.PH_POST)
+                step_profile.count_step(prof)
         if tid == 0:
+            step_profile.flush(prof, pool + P_STEP_PHASES)
             _publish_cq(st, sh, ctl)
             atomic_add_gpu(pool + P_BLOCK_QUITS, 1)
             _trace(st, pool, block, EV_QUIT, -1, 0, 0, 0)

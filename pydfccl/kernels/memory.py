@@ -26,6 +26,7 @@ from numba.cuda import config
 
 __all__ = [
     "SIMULATOR",
+    "clock_cycles",
     "as_array",
     "load_acquire",
     "load_volatile",
@@ -134,6 +135,10 @@ if SIMULATOR:
     fence_gpu = fence_sys
 
     def now_ns():
+        return time.perf_counter_ns()
+
+    def clock_cycles():
+        """The simulator has no SM clock: nanoseconds stand in for cycles."""
         return time.perf_counter_ns()
 
     def sm_id():
@@ -347,6 +352,15 @@ else:
         64 ns on the H200: scripts/probe_timer.py, 2026-11-29)."""
         def codegen(context, builder, sig, args):
             return _asm(builder, "mov.u64 $0, %globaltimer;", "=l,~{memory}", [], _i64)
+
+        return types.int64(), codegen
+
+    @intrinsic
+    def clock_cycles(typingctx):
+        """This SM's cycle counter ``%clock64``: finer than ``now_ns``, for the step
+        profile (``step_profile.py``); cycles of one SM, not comparable across SMs."""
+        def codegen(context, builder, sig, args):
+            return _asm(builder, "mov.u64 $0, %clock64;", "=l,~{memory}", [], _i64)
 
         return types.int64(), codegen
 

@@ -43,6 +43,7 @@ from numba import cuda
 
 from ..codes import KINDS
 from ..layout import CONN_LANES
+from .divide import quotient
 from .primitives import COPY, F_ALL, F_POSTDIV, F_RECV, F_SEND, F_USER_IN, F_USER_OUT
 from .ring import chunk_span, ring_index, ring_step
 
@@ -77,7 +78,10 @@ def lane_bytes(nranks: int, slot_bytes: int) -> int:
     return slot_bytes // max(1, nranks - 1) // 16 * 16
 
 
-device_lane_bytes = cuda.jit(device=True)(lane_bytes)
+@cuda.jit(device=True)
+def device_lane_bytes(nranks, slot_bytes):
+    """``lane_bytes`` for thread 0, which needs it at every one-shot step (divide.py)."""
+    return quotient(slot_bytes, max(1, nranks - 1)) // 16 * 16
 
 
 def one_shot_limit(nranks: int, slot_bytes: int) -> int:
@@ -158,28 +162,28 @@ def plan_step(kind, rank, nranks, root, count, begin, end, loop, step, slot_elem
             return COPY_ONLY, rank * count + first, rank * count + first, n
         k = (step + 1) // 2
         if step % 2 == 1:
-            return SEND_ONLY, ((rank + k) % nranks) * count + first, 0, n
-        return RECV_ONLY, 0, ((rank - k + nranks) % nranks) * count + first, n
+            return SEND_ONLY, ring_index(rank + k, nranks) * count + first, 0, n
+        return RECV_ONLY, 0, ring_index(rank - k + nranks, nranks) * count + first, n
     if nranks == 1:
         return COPY, first, first, n
     if kind == BROADCAST or kind == REDUCE:
         if kind == BROADCAST:
-            position = (rank - root + nranks) % nranks          # the root is first
+            position = ring_index(rank - root + nranks, nranks)    # the root is first
             flags = COPY_SEND if position == 0 else (
                 RECV_ONLY if position == nranks - 1 else RECV_COPY_SEND)
         else:
-            position = (rank - root - 1 + 2 * nranks) % nranks  # the root is last
+            position = ring_index(rank - root - 1 + 2 * nranks, nranks)    # the root last
             flags = SEND_ONLY if position == 0 else (
                 RECV_REDUCE_COPY if position == nranks - 1 else RECV_REDUCE_SEND)
         return flags, first, first, n
     if kind == ALL_GATHER:
-        chunk = (rank - step + nranks) % nranks
+        chunk = ring_index(rank - step + nranks, nranks)
         if step == 0:
             return COPY_SEND, first, chunk * count + first, n
         flags = RECV_ONLY if step == nranks - 1 else RECV_COPY_SEND
         return flags, first, chunk * count + first, n
     # REDUCE_SCATTER
-    chunk = (rank - 1 - step + 2 * nranks) % nranks
+    chunk = ring_index(rank - 1 - step + 2 * nranks, nranks)
     if step == 0:
         return SEND_ONLY, chunk * count + first, first, n
     flags = RECV_REDUCE_COPY if step == nranks - 1 else RECV_REDUCE_SEND

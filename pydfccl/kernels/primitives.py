@@ -29,6 +29,7 @@ after the division of ``avg``, as NCCL does (``numerics.py``).
 import numpy as np
 from numba import cuda
 
+from .divide import quotient, remainder
 from .memory import (as_array, atomic_cas_gpu, backoff, fence_gpu, fence_sys, lane, load16,
                      load_volatile, now_ns, store16, store_volatile, with_lane)
 from .numerics import (bfloat16_to_float32, float16_to_float32, float32_to_bfloat16,
@@ -131,11 +132,14 @@ def spin_wait(tail_addr, need_tail, head_addr, need_head, lanes, budget_ns, abor
     """The one wait loop. Waits until ``*tail_addr >= need_tail`` and
     ``*head_addr >= need_head`` (a need <= 0 is already met) in each of ``lanes`` lanes,
     polling with volatile loads; once all are met, a fence makes it an acquire (the peer
-    wrote its data, then a fence, then the flag).
+    wrote its data, then a fence, then the flag). A step that needs nothing (a copy, or a
+    send with a free slot not yet used) takes neither the fence nor the clock.
 
     Returns the nanoseconds waited (>= 0) when ready, SPIN_PREEMPT when the budget
     ``budget_ns`` ran out, SPIN_ABORT when the host set the abort word (``abort_seen``).
     """
+    if need_tail <= 0 and need_head <= 0:
+        return 0
     start = now_ns()
     spins = 0
     while True:
@@ -198,10 +202,10 @@ def _vector_span(n, itemsize, flags, slot_in, user_in, slot_out, user_out):
         if r >= 0 and (user_out & 15) != r:
             same = False
         r = user_out & 15
-    if not same or r < 0 or r % itemsize != 0:
+    if not same or r < 0 or remainder(r, itemsize) != 0:
         return 0, 0
-    head = min(n, ((VECTOR_BYTES - r) & 15) // itemsize)
-    return head, (n - head) // (VECTOR_BYTES // itemsize)
+    head = min(n, quotient((VECTOR_BYTES - r) & 15, itemsize))
+    return head, quotient(n - head, quotient(VECTOR_BYTES, itemsize))
 
 
 @cuda.jit(device=True)

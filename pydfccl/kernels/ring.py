@@ -14,6 +14,7 @@ Each step is one primitive and one preemption point: the saved context is (loop,
 
 from numba import cuda
 
+from .divide import quotient
 from .primitives import (COPY, RECV, RECV_COPY_SEND, RECV_REDUCE_COPY_SEND,
                          RECV_REDUCE_SEND, SEND)
 
@@ -81,7 +82,7 @@ def chunk_span(begin, end, loop, chunk, nranks, slot_elems):
     loop_size = nranks * slot_elems
     offset = begin + loop * loop_size
     remaining = min(loop_size, end - offset)
-    chunk_size = (remaining + nranks - 1) // nranks
+    chunk_size = quotient(remaining + nranks - 1, nranks)
     first = offset + chunk * chunk_size
     length = min(chunk_size, offset + remaining - first)
     if length < 0:

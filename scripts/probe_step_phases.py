@@ -2,7 +2,9 @@
 
 Builds the daemon with PYDFCCL_PROFILE_STEPS=1, runs steps, lets the daemon quit (a block
 adds its phase counters to the pool when it exits) and prints each phase's cycles and
-nanoseconds per step, for three workloads on one block a rank:
+nanoseconds per step, and the cycles a rank spends per run taking it from the SQ
+(``sq``, ``absorb``), loading its context (``load``) and retiring it, for three workloads on one
+block a rank:
 
 - ``copy``: one rank, 16-byte slots, 16 KiB all-reduces: 1,024 steps a run that wait for
   nothing (the ``step_cost`` stage's first case);
@@ -10,7 +12,7 @@ nanoseconds per step, for three workloads on one block a rank:
   waiting for the peer;
 - ``one_shot``: two ranks, 8-byte all-reduces, two steps a run (the latency benchmark's).
 
-The marks cost cycles of their own (a clock read and a shared-memory add each, nine a step),
+The marks cost cycles of their own (a clock read and a shared-memory add each, seven a step),
 so the total is a little above the plain daemon's step. Run:
 python3 scripts/probe_step_phases.py [--nthreads 256 512] [--runs 50]
 """
@@ -25,9 +27,11 @@ import numpy as np                                         # noqa: E402
 import pydfccl                                             # noqa: E402
 from pydfccl import layout as L                            # noqa: E402
 from pydfccl.kernels import plans                          # noqa: E402
-from pydfccl.kernels.step_profile import PH_PLAN, PH_RETIRE, PH_STEPS, PHASES  # noqa: E402
+from pydfccl.kernels.step_profile import (PH_PLAN, PH_RETIRE, PH_SQ,  # noqa: E402
+                                          PH_STEPS, PHASES)
 
-STEP_PHASES = PHASES[PH_PLAN:]     # idle and retire are not a step's
+STEP_PHASES = PHASES[PH_PLAN:]               # a step's, in order
+RUN_PHASES = PHASES[PH_SQ:PH_RETIRE + 1]      # a run's: sq, absorb, load, retire
 
 WORKLOADS = {   # name: (ranks, slot bytes, elements per run, one-shot limit)
     "copy": (1, 16, 4096, plans.ONE_SHOT_BYTES),
@@ -62,7 +66,8 @@ def main():
     # the boost clock, kHz -> GHz (the simulator counts nanoseconds for cycles)
     ghz = getattr(cuda.get_current_device(), "CLOCK_RATE", 1e6) / 1e6
     print(f"thread 0's cycles per step by phase; ns at {ghz:.2f} GHz; {args.runs} runs each")
-    header = "".join(f"{name:>12}" for name in STEP_PHASES + ("step", "ns/step", "retire/run"))
+    header = "".join(f"{name:>12}" for name in STEP_PHASES + ("step", "ns/step")
+                     + tuple(f"{name}/run" for name in RUN_PHASES))
     for nthreads in args.nthreads:
         print(f"\nblocks of {nthreads} threads\n{'workload':<10}{'steps':>8}{header}")
         for name, (nranks, slot_bytes, count, one_shot) in WORKLOADS.items():
@@ -75,8 +80,8 @@ def main():
             steps = max(1, int(counts[PH_STEPS]))
             phases = counts[PH_PLAN:PH_STEPS] / steps
             step = phases.sum()
-            retire = counts[PH_RETIRE] / (args.runs * nranks)
-            cells = "".join(f"{c:>12,.0f}" for c in (*phases, step, step / ghz, retire))
+            per_run = counts[PH_SQ:PH_RETIRE + 1] / (args.runs * nranks)
+            cells = "".join(f"{c:>12,.0f}" for c in (*phases, step, step / ghz, *per_run))
             print(f"{name:<10}{steps:>8,}{cells}", flush=True)
 
 

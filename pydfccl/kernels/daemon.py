@@ -428,7 +428,7 @@ def make_daemon(policy, nthreads: int = MAX_THREADS):
 
     @cuda.jit(device=True)
     def absorb(st, act, akey, sh, params, ctl, pool, colls, tasks, queue, block, nblocks,
-               nranks, slot_bytes, limit):
+               nranks, slot_bytes, limit, prof):
         """Take new SQ entries, up to entry ``limit``, from their copies in device memory
         (``sq_copy``, below ``sq_seen``). The SQ itself (host memory, each read a PCIe round
         trip) is read only at the rank's turn to poll, by the block that takes the turn,
@@ -439,6 +439,8 @@ def make_daemon(policy, nthreads: int = MAX_THREADS):
             fence_gpu()          # the copies were written before sq_seen was raised
         elif _sq_turn(pool, sh[SH_NACT] > 0):
             seen = _copy_sq(ctl, pool, f, limit)
+            lap(prof, step_profile.PH_SQ if seen > f or sh[SH_NACT] > 0 else
+                step_profile.PH_IDLE)
         else:
             return
         last = min(seen, limit)
@@ -524,7 +526,9 @@ def make_daemon(policy, nthreads: int = MAX_THREADS):
                             sh[SH_CMD] = CMD_EXIT
                             return
                     absorb(st, act, akey, sh, params, ctl, pool, colls, tasks, queue, block,
-                           nblocks, nranks, slot_bytes, limit)
+                           nblocks, nranks, slot_bytes, limit, prof)
+                    lap(prof, step_profile.PH_ABSORB if sh[SH_NACT] > 0 else
+                        step_profile.PH_IDLE)
                     if sh[SH_NACT] == 0:
                         # A launch with a limit (the launch-per-call baseline) quits once
                         # idle, and its siblings count on this block's share of every run
@@ -547,6 +551,7 @@ def make_daemon(policy, nthreads: int = MAX_THREADS):
                     st[S_TRIES_LEFT] = max(1, tries_per_pass(params, is_head))
                 load_task(st, pool, colls, tasks, params, act[st[S_POS]], block, nranks,
                           slot_bytes, is_head)
+                lap(prof, step_profile.PH_LOAD)
 
             coll = st[S_CUR]
             if st[S_LOOP] >= st[S_NLOOPS]:      # done: retire it

@@ -8,12 +8,15 @@ in shared memory; a block adds its counters to the pool's ``step_phases`` when i
 Without the option every mark compiles to nothing. ``scripts/probe_step_phases.py`` runs
 steps and prints the phases.
 
-The phases, in thread 0's order: ``idle`` (passes with no task), ``retire`` (a finished
-run: completion, CQ, the next queued run), ``plan`` (everything else up to the wait: the
-loop's checks, the task's load when one starts, the step's plan and peers), ``wait`` (the
-spin for data and credit, with its acquire fence), ``issue`` (the step's addresses and
-sizes for the block), ``barrier_in``, ``move`` (thread 0's own share), ``barrier_out``,
-``post`` (the release fence and the peers' counters).
+The phases, in thread 0's order: ``idle`` (passes with no task), ``sq`` (a read of the
+SQ, host memory, that found entries or was made by a block with tasks, and what led to it
+in the pass: the CQ, the abort word, the SQ's turn), ``absorb`` (the rest of a pass's
+start while there are tasks: taking new runs), ``load`` (a task's
+context restored), ``retire`` (a finished run: completion, CQ, the next queued run),
+``plan`` (the rest up to the wait: the loop's checks, the step's plan and peers), ``wait``
+(the spin for data and credit, with its acquire fence), ``issue`` (the step's addresses
+and sizes for the block), ``barrier_in``, ``move`` (thread 0's own share),
+``barrier_out``, ``post`` (the release fence and the peers' counters).
 """
 
 import os
@@ -25,10 +28,10 @@ from .memory import atomic_add_gpu, clock_cycles
 __all__ = ["PROFILE_STEPS", "PHASES", "PROFILE_WORDS", "lap", "count_step", "begin", "flush"]
 
 PROFILE_STEPS = os.environ.get("PYDFCCL_PROFILE_STEPS", "") == "1"
-PHASES = ("idle", "retire", "plan", "wait", "issue", "barrier_in", "move", "barrier_out",
-          "post")
-(PH_IDLE, PH_RETIRE, PH_PLAN, PH_WAIT, PH_ISSUE, PH_BARRIER_IN, PH_MOVE, PH_BARRIER_OUT,
- PH_POST) = range(len(PHASES))
+PHASES = ("idle", "sq", "absorb", "load", "retire", "plan", "wait", "issue", "barrier_in",
+          "move", "barrier_out", "post")
+(PH_IDLE, PH_SQ, PH_ABSORB, PH_LOAD, PH_RETIRE, PH_PLAN, PH_WAIT, PH_ISSUE, PH_BARRIER_IN,
+ PH_MOVE, PH_BARRIER_OUT, PH_POST) = range(len(PHASES))
 PH_STEPS = len(PHASES)        # steps moved
 PH_LAST = PH_STEPS + 1        # the last mark's clock (shared memory only)
 PROFILE_WORDS = 16            # the pool's ``step_phases`` (layout.py)

@@ -27,10 +27,13 @@ its ``limit`` argument: the persistent daemon has none (``layout.NO_LIMIT``); th
 launch-per-collective baseline passes the runs submitted when it was launched, so that
 every block of a launch takes the same runs and leaves the rest to the next launch whole.
 
-``make_daemon(policy)`` compiles the policy's five functions into a daemon (one signature:
-nine int64 scalars; cached on disk under a key of its sources, see ``compiler``); one
-kernel per policy, everything else (sizes, counts, parameters) is data. ``compile_now``
-compiles before the first launch, so that compilation time is not taken for a stall.
+``make_daemon(policy, nthreads)`` compiles the policy's five functions into a daemon (one
+signature: nine int64 scalars; cached on disk under a key of its sources, see
+``compiler``); one kernel per policy and register cap (blocks of up to 256 threads get
+more registers than wider ones), everything else (sizes, counts, parameters) is data. ``compile_now``
+compiles before the first launch, so that compilation time is not taken for a stall. With
+``PYDFCCL_PROFILE_STEPS=1`` thread 0 also counts its cycles in each phase of its loop
+(``step_profile``); without it those marks compile to nothing.
 """
 
 import numpy as np

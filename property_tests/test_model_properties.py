@@ -52,13 +52,15 @@ def schedules(draw, extras=("sync",)):
 
 @st.composite
 def run_options(draw, nranks):
-    """How the run interleaves: tick order, host start offsets, slots, relaunch pause."""
+    """How the run interleaves: tick order, host start offsets, slots, relaunch pause, and
+    up to which size collectives run one-shot (0: none; the counts go up to 3 * nranks)."""
     return dict(
         seed=draw(st.none() | st.integers(0, 2 ** 16)),
         start_ticks=draw(st.none() | st.lists(st.integers(0, 40), min_size=nranks,
                                               max_size=nranks)),
         nslots=draw(st.integers(2, 4)),
         slot_elems=draw(st.integers(1, 3)),
+        one_shot_elems=draw(st.sampled_from([0, 0, 1, 3, 15])),
         relaunch_ticks=draw(st.integers(1, 20)),
     )
 
@@ -102,12 +104,17 @@ def wait_all_cycle(schedule):
     return removed < len(after)
 
 
-def check_cycle(cycle, nranks):
-    """A reported cycle chains ring neighbours and returns to its start."""
+def check_cycle(cycle, schedule, one_shot_elems):
+    """A reported cycle returns to its start and chains ranks that wait on each other: ring
+    neighbours in a ring collective, any peers in a one-shot one."""
     assert cycle, "a deadlock without a wait-for cycle"
-    for (r, _, w), (nxt, _, _) in zip(cycle, cycle[1:] + cycle[:1]):
+    nranks = schedule.nranks
+    for (r, c, w), (nxt, _, _) in zip(cycle, cycle[1:] + cycle[:1]):
         assert w == nxt
-        assert w in ((r - 1) % nranks, (r + 1) % nranks)
+        if schedule.collectives[c].count <= one_shot_elems:
+            assert w != r
+        else:
+            assert w in ((r - 1) % nranks, (r + 1) % nranks)
     assert len({c for _, c, _ in cycle}) >= 2, "one collective cannot deadlock by itself"
 
 
@@ -145,7 +152,8 @@ def test_preemptive_policies_deadlock_exactly_on_wait_all_cycles(data, name, sch
 @given(st.data(), schedules(extras=("sync", "wait_all")))
 def test_launch_per_call_completes_iff_all_ranks_agree(data, schedule):
     note(schedule.to_json())
-    res = run_schedule(schedule, "launch_per_call", **data.draw(run_options(schedule.nranks)))
+    opts = data.draw(run_options(schedule.nranks))
+    res = run_schedule(schedule, "launch_per_call", **opts)
     event(res.outcome)
     orders = schedule.orders()
     if all(o == orders[0] for o in orders):
@@ -154,7 +162,7 @@ def test_launch_per_call_completes_iff_all_ranks_agree(data, schedule):
         assert res.preemptions == 0
     else:
         assert res.outcome == DEADLOCK, res.summary()
-        check_cycle(res.cycle, schedule.nranks)
+        check_cycle(res.cycle, schedule, opts["one_shot_elems"])
 
 
 def sync_after_submit(program):
@@ -165,7 +173,8 @@ def sync_after_submit(program):
 @given(st.data(), schedules(extras=("sync", "wait_all")))
 def test_nccl_needs_agreement_and_no_sync_while_its_daemon_runs(data, schedule):
     note(schedule.to_json())
-    res = run_schedule(schedule, "nccl", **data.draw(run_options(schedule.nranks)))
+    opts = data.draw(run_options(schedule.nranks))
+    res = run_schedule(schedule, "nccl", **opts)
     event(res.outcome)
     orders = schedule.orders()
     agree = all(o == orders[0] for o in orders)
@@ -176,7 +185,7 @@ def test_nccl_needs_agreement_and_no_sync_while_its_daemon_runs(data, schedule):
     else:
         assert res.outcome == DEADLOCK, res.summary()
         if not agree and not syncs:
-            check_cycle(res.cycle, schedule.nranks)
+            check_cycle(res.cycle, schedule, opts["one_shot_elems"])
         if agree:
             assert "sync" in res.blocked.values()
 

@@ -23,6 +23,7 @@ import numpy as np
 from . import layout as L
 from . import platform
 from .errors import RankFailedError
+from .kernels.plans import one_shot_limit
 from .launch import default_backend, launch
 from .reference import reference
 from .sched.model import Schedule, run_schedule
@@ -162,9 +163,11 @@ def predict(schedule, policy="dfccl", dtype: str = "float32", backend: Optional[
     schedule = load_schedule(schedule)
     simulator = (backend or default_backend()) == "processes"
     cfg = WorldConfig(schedule.nranks, simulator=simulator, **config)
-    slot_elems = max(1, cfg.slot_bytes // np.dtype(dtype).itemsize)
+    itemsize = np.dtype(dtype).itemsize
+    slot_elems = max(1, cfg.slot_bytes // itemsize)
+    one_shot_elems = one_shot_limit(schedule.nranks, cfg.slot_bytes) // itemsize
     return run_schedule(schedule, policy, nslots=cfg.nslots, slot_elems=slot_elems,
-                        values=model_values(schedule))
+                        one_shot_elems=one_shot_elems, values=model_values(schedule))
 
 
 def replay_main(args) -> int:

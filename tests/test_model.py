@@ -49,6 +49,41 @@ def test_nccl_cycle_follows_the_ring():
     assert res.cycle == [(0, 0, 2), (2, 0, 1), (1, 1, 0)]
 
 
+def test_one_shot_waits_on_every_peer():
+    """The same disagreement with one-shot collectives: rank 1's recvReduceCopyAll of c1
+    waits on ranks 0 and 2; ranks 0 and 2 hold each other's input of c0 and wait on rank 1
+    alone."""
+    res = run_schedule(Schedule.from_orders([[0, 1], [1, 0], [0, 1]]), "nccl",
+                       one_shot_elems=1)
+    assert res.outcome == DEADLOCK
+    assert res.waits == {0: [(0, 1)], 1: [(1, 0), (1, 2)], 2: [(0, 1)]}
+    assert res.cycle == [(0, 0, 1), (1, 1, 0)]
+
+
+@pytest.mark.parametrize("policy", PREEMPTIVE)
+def test_one_shot_and_ring_collectives_complete_in_disorder(policy):
+    """Collectives up to one_shot_elems run one-shot, larger ones in the ring (4 loops of
+    slots of 4 on 3 ranks), side by side, every rank in its own order."""
+    sched = Schedule.from_orders([[0, 1, 2], [2, 1, 0], [1, 0, 2]],
+                                 counts={0: 3, 1: 40, 2: 4})
+    res = run_schedule(sched, policy, slot_elems=4, one_shot_elems=4)
+    assert res.outcome == COMPLETED and res.exact and res.preemptions > 0
+    assert all(v is not None for per_rank in res.values.values() for v in per_rank)
+
+
+def test_replay_predicts_with_the_engines_one_shot_limit():
+    """``replay.predict`` runs all_reduces the way the engine on the same world would: on
+    the simulator's slots (256 bytes, lanes of 128 on 3 ranks) 32 float32 run one-shot, 33
+    in the ring, which names only the previous rank."""
+    from pydfccl.replay import predict
+
+    for count, rank1_waits in ((32, [(1, 0), (1, 2)]), (33, [(1, 0)])):
+        sched = Schedule.from_orders([[0, 1], [1, 0], [0, 1]], counts=count)
+        res = predict(sched, "nccl", "float32", backend="processes")
+        assert res.outcome == DEADLOCK
+        assert res.waits[1] == rank1_waits, count
+
+
 @pytest.mark.parametrize("policy", PREEMPTIVE)
 def test_preemption_resolves_opposite_orders(policy):
     res = run_schedule(Schedule.from_orders([[0, 1], [1, 0]], counts=5), policy)

@@ -30,10 +30,10 @@ every block of a launch takes the same runs and leaves the rest to the next laun
 ``make_daemon(policy, nthreads)`` compiles the policy's five functions into a daemon (one
 signature: nine int64 scalars; cached on disk under a key of its sources, see
 ``compiler``); one kernel per policy and register cap (blocks of up to 256 threads get
-more registers than wider ones), everything else (sizes, counts, parameters) is data. ``compile_now``
-compiles before the first launch, so that compilation time is not taken for a stall. With
-``PYDFCCL_PROFILE_STEPS=1`` thread 0 also counts its cycles in each phase of its loop
-(``step_profile``); without it those marks compile to nothing.
+more registers than wider ones), everything else (sizes, counts, parameters) is data.
+``compile_now`` compiles before the first launch, so that compilation time is not taken
+for a stall. With ``PYDFCCL_PROFILE_STEPS=1`` thread 0 also counts its cycles in each
+phase of its loop (``step_profile``); without it those marks compile to nothing.
 """
 
 import numpy as np

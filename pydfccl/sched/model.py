@@ -1,4 +1,4 @@
-"""A pure, deterministic model of N ranks' daemons running ring all-reduces.
+"""A pure, deterministic model of N ranks' daemons running all-reduces (ring or one-shot).
 
 The model runs the daemon's scheduler (``schedule()`` in ``pydfccl/kernels/daemon.py``, one
 block per rank) with the same policy functions (:mod:`pydfccl.sched.policies`), so that a
@@ -27,9 +27,12 @@ What the host does, as ``pydfccl.communicator`` does it:
   progress, else ``relaunch_ticks`` later or at the rank's next submission.
 
 Each slot carries at most ``slot_elems`` elements; a collective of ``count`` elements needs
-``ceil(count / (nranks * slot_elems))`` loops of ``2 * nranks - 1`` steps. The model's
-collectives all take the ring: the daemon runs a small all_reduce one-shot instead (two
-steps, each waiting on every peer: kernels/plans.py), which the model leaves out.
+``ceil(count / (nranks * slot_elems))`` loops of ``2 * nranks - 1`` steps in the ring. A
+collective of at most ``one_shot_elems`` elements runs one-shot, as the daemon runs a small
+all_reduce (``kernels/plans.py``): a ``sendAll`` step that needs a free slot in every
+peer's lane and writes its input there, then a ``recvReduceCopyAll`` that waits for every
+peer's input and sums all of them in rank order. ``run_schedule`` takes ``one_shot_elems``
+(default 0: the ring always); ``replay.predict`` passes the engine's limit.
 """
 
 from __future__ import annotations
@@ -68,7 +71,8 @@ _OPS = ("submit", "sync", "wait_all")
 
 @dataclass(frozen=True)
 class Collective:
-    """A ring all-reduce among all ranks: ``count`` elements, larger ``priority`` runs first."""
+    """An all-reduce among all ranks: ``count`` elements, larger ``priority`` runs first;
+    one-shot when ``count`` is at most ``run_schedule``'s ``one_shot_elems``, else the ring."""
 
     count: int = 1
     priority: int = 0
@@ -259,15 +263,21 @@ _IDLE_SCAN = 1 << 16           # empty polls looked ahead in one jump
 
 
 class _Coll:
-    """One collective's state on all ranks: steps, connectors (rank r -> r+1) and data."""
+    """One ring all-reduce's state on all ranks: steps, connectors (rank r -> r+1) and data.
 
-    __slots__ = ("cid", "count", "nsteps", "step", "sent", "recvd", "slots", "own", "out",
-                 "done")
+    ``blockers(r)`` names the ranks whose slots rank r's next step waits for (empty: ready);
+    ``do_step(r)`` moves that step's slot: ring_step() and chunk_span() of
+    pydfccl/kernels/ring.py."""
+
+    __slots__ = ("cid", "count", "n", "nslots", "slot_elems", "width", "nsteps", "step",
+                 "sent", "recvd", "slots", "own", "out", "done")
 
     def __init__(self, cid, count, nranks, nslots, slot_elems, own):
         loops = -(-count // (nranks * slot_elems))
         self.cid, self.count = cid, count
-        self.nsteps = loops * (2 * nranks - 1)
+        self.n, self.nslots, self.slot_elems = nranks, nslots, slot_elems
+        self.width = 2 * nranks - 1
+        self.nsteps = loops * self.width
         self.step = [0] * nranks
         self.sent = [0] * nranks     # slots rank r sent to r+1
         self.recvd = [0] * nranks    # slots rank r received from r-1
@@ -275,6 +285,91 @@ class _Coll:
         self.own = own
         self.out = [[None] * count for _ in range(nranks)]
         self.done = [False] * nranks
+
+    def blockers(self, r):
+        k = self.step[r] % self.width
+        prev, nxt = (r - 1) % self.n, (r + 1) % self.n
+        out = []
+        if k > 0 and self.recvd[r] >= self.sent[prev]:
+            out.append(prev)
+        if k < self.width - 1 and self.sent[r] - self.recvd[nxt] >= self.nslots:
+            out.append(nxt)
+        return out
+
+    def ready(self, r):
+        """``not blockers(r)``, without building the list (the model's hottest check)."""
+        k = self.step[r] % self.width
+        if k > 0 and self.recvd[r] >= self.sent[(r - 1) % self.n]:
+            return False
+        return k == self.width - 1 or self.sent[r] - self.recvd[(r + 1) % self.n] < self.nslots
+
+    def do_step(self, r):
+        n, width = self.n, self.width
+        loop, k = divmod(self.step[r], width)
+        chunk = (r - 1 - k) % n
+        offset = loop * n * self.slot_elems
+        remaining = min(n * self.slot_elems, self.count - offset)
+        size = -(-remaining // n)
+        lo = offset + chunk * size
+        hi = max(lo, min(lo + size, offset + remaining))
+        own = self.own[r][lo:hi]
+        if k == 0:                                        # send
+            data = own
+        else:
+            prev = (r - 1) % n
+            data = self.slots[prev][self.recvd[r] % self.nslots]
+            self.recvd[r] += 1
+            if k < n:                                     # recvReduce(Copy)Send
+                data = [a + b for a, b in zip(data, own)]
+            if k >= n - 1:                                # the reduced chunk is final here
+                self.out[r][lo:hi] = data
+        if k < width - 1:
+            self.slots[r][self.sent[r] % self.nslots] = data
+            self.sent[r] += 1
+        self.step[r] += 1
+
+
+class _OneShotColl(_Coll):
+    """A one-shot all-reduce: every rank writes its input into a lane of each peer's slots
+    (``sendAll``), then sums every rank's input in rank order (``recvReduceCopyAll``). Lane
+    (q -> r) has its own ring buffer and counters, as a lane of the daemon's connector has
+    its own tail and head words."""
+
+    __slots__ = ()
+
+    def __init__(self, cid, count, nranks, nslots, slot_elems, own):
+        super().__init__(cid, count, nranks, nslots, slot_elems, own)
+        self.nsteps = 2
+        self.sent = [[0] * nranks for _ in range(nranks)]     # [q][r]: q's sends to r
+        self.recvd = [[0] * nranks for _ in range(nranks)]    # [r][q]: r's receives from q
+        self.slots = [[[None] * nslots for _ in range(nranks)] for _ in range(nranks)]
+
+    def blockers(self, r):
+        peers = [q for q in range(self.n) if q != r]
+        if self.step[r] % 2 == 0:       # sendAll: a free slot in every peer's lane
+            return [q for q in peers if self.sent[r][q] - self.recvd[q][r] >= self.nslots]
+        return [q for q in peers if self.recvd[r][q] >= self.sent[q][r]]
+
+    def ready(self, r):
+        return not self.blockers(r)
+
+    def do_step(self, r):
+        if self.step[r] % 2 == 0:
+            for q in range(self.n):
+                if q != r:
+                    self.slots[r][q][self.sent[r][q] % self.nslots] = self.own[r]
+                    self.sent[r][q] += 1
+        else:
+            total = [0] * self.count
+            for q in range(self.n):     # rank order, as the daemon reduces
+                if q == r:
+                    data = self.own[r]
+                else:
+                    data = self.slots[q][r][self.recvd[r][q] % self.nslots]
+                    self.recvd[r][q] += 1
+                total = [a + b for a, b in zip(total, data)]
+            self.out[r] = total
+        self.step[r] += 1
 
 
 class _Task:
@@ -310,11 +405,10 @@ class _Stop(Exception):
 
 
 class _Model:
-    def __init__(self, schedule, policy, params, nslots, slot_elems, relaunch_ticks, seed,
-                 start_ticks, max_quiet_ticks, values):
+    def __init__(self, schedule, policy, params, nslots, slot_elems, one_shot_elems,
+                 relaunch_ticks, seed, start_ticks, max_quiet_ticks, values):
         n = schedule.nranks
-        self.n, self.nslots, self.slot_elems = n, nslots, slot_elems
-        self.width = 2 * n - 1
+        self.n = n
         self.p = tuple(int(x) for x in params)
         (self.threshold_on_load, self.threshold_after_wait, self.tries_per_pass,
          self.order_key, self.should_quit) = policy.functions
@@ -330,7 +424,8 @@ class _Model:
         for cid, k in sorted(schedule.collectives.items()):
             own = values[cid] if values is not None else \
                 [[(r + 1) * (e + 1) + cid for e in range(k.count)] for r in range(n)]
-            self.colls[cid] = _Coll(cid, k.count, n, nslots, slot_elems, own)
+            kind = _OneShotColl if k.count <= one_shot_elems else _Coll
+            self.colls[cid] = kind(cid, k.count, n, nslots, slot_elems, own)
             self.expected[cid] = [sum(col) for col in zip(*own)]
         self.max_quiet = max_quiet_ticks if max_quiet_ticks is not None \
             else _default_quiet_ticks(self.should_quit, self.p, n, self.quits_ever)
@@ -432,50 +527,6 @@ class _Model:
         rk.order.append(task.coll.cid)
         self._progress()
 
-    # -- steps and their data -------------------------------------------------------------
-    def _blockers(self, coll, r):
-        """Ranks whose slots rank r's next step of ``coll`` waits for (empty: ready)."""
-        k = coll.step[r] % self.width
-        prev, nxt = (r - 1) % self.n, (r + 1) % self.n
-        out = []
-        if k > 0 and coll.recvd[r] >= coll.sent[prev]:
-            out.append(prev)
-        if k < self.width - 1 and coll.sent[r] - coll.recvd[nxt] >= self.nslots:
-            out.append(nxt)
-        return out
-
-    def _ready(self, coll, r):
-        k = coll.step[r] % self.width
-        if k > 0 and coll.recvd[r] >= coll.sent[(r - 1) % self.n]:
-            return False
-        return k == self.width - 1 or coll.sent[r] - coll.recvd[(r + 1) % self.n] < self.nslots
-
-    def _do_step(self, coll, r):
-        """Move one step's slot: ring_step() and chunk_span() of pydfccl/kernels/ring.py."""
-        n, width = self.n, self.width
-        loop, k = divmod(coll.step[r], width)
-        chunk = (r - 1 - k) % n
-        offset = loop * n * self.slot_elems
-        remaining = min(n * self.slot_elems, coll.count - offset)
-        size = -(-remaining // n)
-        lo = offset + chunk * size
-        hi = max(lo, min(lo + size, offset + remaining))
-        own = coll.own[r][lo:hi]
-        if k == 0:                                        # send
-            data = own
-        else:
-            prev = (r - 1) % n
-            data = coll.slots[prev][coll.recvd[r] % self.nslots]
-            coll.recvd[r] += 1
-            if k < n:                                     # recvReduce(Copy)Send
-                data = [a + b for a, b in zip(data, own)]
-            if k >= n - 1:                                # the reduced chunk is final here
-                coll.out[r][lo:hi] = data
-        if k < width - 1:
-            coll.slots[r][coll.sent[r] % self.nslots] = data
-            coll.sent[r] += 1
-        coll.step[r] += 1
-
     # -- one turn of one rank -------------------------------------------------------------
     def _host(self, rk):
         ev = rk.program[rk.pc]
@@ -520,8 +571,8 @@ class _Model:
                 return
             rk.req, rk.resume = None, True
         coll, r = rk.task.coll, rk.r
-        if self._ready(coll, r):
-            self._do_step(coll, r)
+        if coll.ready(r):
+            coll.do_step(r)
             rk.steps += 1
             rk.resume, rk.req = rk.spins, None
             self._progress()
@@ -614,7 +665,7 @@ class _Model:
                     return False
             for task in rk.pending + rk.active:
                 coll = task.coll
-                if coll.step[rk.r] == coll.nsteps or self._ready(coll, rk.r):
+                if coll.step[rk.r] == coll.nsteps or coll.ready(rk.r):
                     return False
         return True
 
@@ -626,7 +677,7 @@ class _Model:
                 tasks = [rk.task]       # a daemon that spins forever waits on this one only
             else:
                 tasks = sorted(rk.pending + rk.active, key=_task_key)
-            pairs = [(t.coll.cid, w) for t in tasks for w in self._blockers(t.coll, rk.r)]
+            pairs = [(t.coll.cid, w) for t in tasks for w in t.coll.blockers(rk.r)]
             if pairs:
                 waits[rk.r] = pairs
         return waits
@@ -674,13 +725,15 @@ def _default_quiet_ticks(should_quit, params, nranks, quits_ever):
 
 
 def run_schedule(schedule: Schedule, policy: Union[str, Policy] = "dfccl", params=None, *,
-                 nslots: int = 4, slot_elems: int = 1, relaunch_ticks: int = 1,
+                 nslots: int = 4, slot_elems: int = 1, one_shot_elems: int = 0,
+                 relaunch_ticks: int = 1,
                  seed: Optional[int] = None, start_ticks: Optional[Sequence[int]] = None,
                  max_quiet_ticks: Optional[int] = None,
                  values: Optional[Mapping[int, Sequence[Sequence[int]]]] = None) -> Result:
     """Run ``schedule`` under ``policy`` and report completion, deadlock or livelock.
 
     ``params`` defaults to ``policy.param_array(model=True)`` (budgets in ticks).
+    Collectives of at most ``one_shot_elems`` elements run one-shot (module docstring).
     ``relaunch_ticks`` is the host's pause before relaunching a daemon that quit without
     progress. ``seed`` shuffles the ranks' order within each tick (None: round-robin);
     ``start_ticks`` delays each rank's host. ``values[c][r]`` is rank r's contribution to
@@ -697,6 +750,6 @@ def run_schedule(schedule: Schedule, policy: Union[str, Policy] = "dfccl", param
         raise ValueError("slot_elems and relaunch_ticks must be >= 1")
     if start_ticks is not None and len(start_ticks) != schedule.nranks:
         raise ValueError(f"start_ticks needs {schedule.nranks} entries")
-    model = _Model(schedule, policy, params, nslots, slot_elems, relaunch_ticks, seed,
-                   start_ticks, max_quiet_ticks, values)
+    model = _Model(schedule, policy, params, nslots, slot_elems, one_shot_elems,
+                   relaunch_ticks, seed, start_ticks, max_quiet_ticks, values)
     return model.run()

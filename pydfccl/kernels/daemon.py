@@ -74,6 +74,7 @@ P_RANK_PROGRESS, P_SQ_SEEN, P_SQ_COPY = L.P_RANK_PROGRESS, L.P_SQ_SEEN, L.P_SQ_C
 P_SQ_NEXT_POLL, P_ABORT, P_PARAMS, P_PEERS_LOCAL = (
     L.P_SQ_NEXT_POLL, L.P_ABORT, L.P_PARAMS, L.P_PEERS_LOCAL)
 assert L.POOL_HEADER.fields["params"][0].shape == (PARAM_SLOTS,)
+assert L.POOL_HEADER.fields["step_phases"][0].shape == (step_profile.PROFILE_WORDS,)
 P_COUNTS, BC_SIZE, P_STEP_PHASES = L.P_COUNTS, L.BC_SIZE, L.P_STEP_PHASES
 BC_COMPLETED, BC_PREEMPTIONS, BC_PROGRESS, BC_EXITS = (
     L.BC[k] for k in ("completed", "preemptions", "progress", "exits"))

@@ -11,12 +11,12 @@ steps and prints the phases.
 The phases, in thread 0's order: ``idle`` (passes with no task), ``sq`` (a read of the
 SQ, host memory, that found entries or was made by a block with tasks, and what led to it
 in the pass: the CQ, the abort word, the SQ's turn), ``absorb`` (the rest of a pass's
-start while there are tasks: taking new runs), ``load`` (a task's
-context restored), ``retire`` (a finished run: completion, CQ, the next queued run),
-``plan`` (the rest up to the wait: the loop's checks, the step's plan and peers), ``wait``
-(the spin for data and credit, with its acquire fence), ``issue`` (the step's addresses
-and sizes for the block), ``barrier_in``, ``move`` (thread 0's own share),
-``barrier_out``, ``post`` (the release fence and the peers' counters).
+start while there are tasks: taking new runs), ``load`` (a task's context restored),
+``retire`` (a finished run: completion, CQ, the next queued run), ``plan`` (the rest up to
+the wait: the loop's checks, the step's plan and peers), ``wait`` (the spin for data and
+credit, with its acquire fence), ``issue`` (the step's addresses and sizes for the block),
+``barrier_in``, ``move`` (thread 0's own share), ``barrier_out``, ``post`` (the release
+fence and the peers' counters).
 """
 
 import os
@@ -35,6 +35,7 @@ PHASES = ("idle", "sq", "absorb", "load", "retire", "plan", "wait", "issue", "ba
 PH_STEPS = len(PHASES)        # steps moved
 PH_LAST = PH_STEPS + 1        # the last mark's clock (shared memory only)
 PROFILE_WORDS = 16            # the pool's ``step_phases`` (layout.py)
+assert PH_LAST < PROFILE_WORDS
 SHARED_WORDS = PROFILE_WORDS if PROFILE_STEPS else 1   # a block's shared counters
 
 

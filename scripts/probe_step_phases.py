@@ -28,7 +28,7 @@ import pydfccl                                             # noqa: E402
 from pydfccl import layout as L                            # noqa: E402
 from pydfccl.kernels import plans                          # noqa: E402
 from pydfccl.kernels.step_profile import (PH_PLAN, PH_RETIRE, PH_SQ,  # noqa: E402
-                                          PH_STEPS, PHASES)
+                                          PH_STEPS, PHASES, PROFILE_WORDS)
 
 STEP_PHASES = PHASES[PH_PLAN:]               # a step's, in order
 RUN_PHASES = PHASES[PH_SQ:PH_RETIRE + 1]      # a run's: sq, absorb, load, retire
@@ -53,7 +53,7 @@ def worker(comm, runs: int, count: int):
         if s["quits"] >= s["launches"]:
             break
         time.sleep(0.01)
-    raw = comm.world.pools[comm.rank].read(L.P_STEP_PHASES, 16 * 8).view(np.int64)
+    raw = comm.world.pools[comm.rank].read(L.P_STEP_PHASES, PROFILE_WORDS * 8).view(np.int64)
     return raw[:PH_STEPS + 1].copy(), comm.stats()
 
 

@@ -12,9 +12,9 @@ Two things that plain ``cuda.jit(cache=True)`` gets wrong for the daemon:
   (``CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES``). The cap (:func:`register_cap`) follows the
   block's width: 128 for 512 threads, which makes every policy launchable, and more for
   narrower blocks, so that thread 0's scheduler keeps its state in registers. Under the
-  128 cap ptxas spills (2026-11-30, CUDA 13.5's nvJitLink for sm_90: a 256-byte stack
-  frame, 634 bytes of spill stores and 780 of loads in the dfccl daemon; at 168, 64 and 40;
-  uncapped it takes 222 registers and spills nothing).
+  128 cap ptxas spills (2026-11-30, CUDA 13.5's nvJitLink for sm_90, the dfccl daemon: a
+  248-byte stack frame, 630 bytes of spill stores and 772 of loads; 256, 634 and 780 before
+  ``divide.py``; at 168, 80 and 48; uncapped it takes 222 registers and spills nothing).
 
 The simulator runs kernels as Python and takes neither option; this module is the only
 place that knows.

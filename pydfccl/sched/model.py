@@ -263,28 +263,39 @@ _IDLE_SCAN = 1 << 16           # empty polls looked ahead in one jump
 
 
 class _Coll:
-    """One ring all-reduce's state on all ranks: steps, connectors (rank r -> r+1) and data.
+    """One all-reduce's state on all ranks: its steps, slot counters and data. A kind says
+    ``nsteps`` and its connectors (``sent``, ``recvd``, ``slots``); ``blockers(r)`` names the
+    ranks whose slots rank r's next step waits for (empty: ready), ``do_step(r)`` moves it."""
 
-    ``blockers(r)`` names the ranks whose slots rank r's next step waits for (empty: ready);
-    ``do_step(r)`` moves that step's slot: ring_step() and chunk_span() of
-    pydfccl/kernels/ring.py."""
+    __slots__ = ("cid", "count", "n", "nslots", "nsteps", "step", "sent", "recvd", "slots",
+                 "own", "out", "done")
 
-    __slots__ = ("cid", "count", "n", "nslots", "slot_elems", "width", "nsteps", "step",
-                 "sent", "recvd", "slots", "own", "out", "done")
-
-    def __init__(self, cid, count, nranks, nslots, slot_elems, own):
-        loops = -(-count // (nranks * slot_elems))
+    def __init__(self, cid, count, nranks, nslots, own):
         self.cid, self.count = cid, count
-        self.n, self.nslots, self.slot_elems = nranks, nslots, slot_elems
-        self.width = 2 * nranks - 1
-        self.nsteps = loops * self.width
+        self.n, self.nslots = nranks, nslots
         self.step = [0] * nranks
-        self.sent = [0] * nranks     # slots rank r sent to r+1
-        self.recvd = [0] * nranks    # slots rank r received from r-1
-        self.slots = [[None] * nslots for _ in range(nranks)]  # ring buffer of r -> r+1
         self.own = own
         self.out = [[None] * count for _ in range(nranks)]
         self.done = [False] * nranks
+
+    def ready(self, r):
+        return not self.blockers(r)
+
+
+class _RingColl(_Coll):
+    """The ring: connectors rank r -> r+1; a step is ring_step() and chunk_span() of
+    pydfccl/kernels/ring.py."""
+
+    __slots__ = ("slot_elems", "width")
+
+    def __init__(self, cid, count, nranks, nslots, slot_elems, own):
+        super().__init__(cid, count, nranks, nslots, own)
+        self.slot_elems = slot_elems
+        self.width = 2 * nranks - 1
+        self.nsteps = -(-count // (nranks * slot_elems)) * self.width
+        self.sent = [0] * nranks     # slots rank r sent to r+1
+        self.recvd = [0] * nranks    # slots rank r received from r-1
+        self.slots = [[None] * nslots for _ in range(nranks)]  # ring buffer of r -> r+1
 
     def blockers(self, r):
         k = self.step[r] % self.width
@@ -337,8 +348,8 @@ class _OneShotColl(_Coll):
 
     __slots__ = ()
 
-    def __init__(self, cid, count, nranks, nslots, slot_elems, own):
-        super().__init__(cid, count, nranks, nslots, slot_elems, own)
+    def __init__(self, cid, count, nranks, nslots, own):
+        super().__init__(cid, count, nranks, nslots, own)
         self.nsteps = 2
         self.sent = [[0] * nranks for _ in range(nranks)]     # [q][r]: q's sends to r
         self.recvd = [[0] * nranks for _ in range(nranks)]    # [r][q]: r's receives from q
@@ -349,9 +360,6 @@ class _OneShotColl(_Coll):
         if self.step[r] % 2 == 0:       # sendAll: a free slot in every peer's lane
             return [q for q in peers if self.sent[r][q] - self.recvd[q][r] >= self.nslots]
         return [q for q in peers if self.recvd[r][q] >= self.sent[q][r]]
-
-    def ready(self, r):
-        return not self.blockers(r)
 
     def do_step(self, r):
         if self.step[r] % 2 == 0:
@@ -424,8 +432,10 @@ class _Model:
         for cid, k in sorted(schedule.collectives.items()):
             own = values[cid] if values is not None else \
                 [[(r + 1) * (e + 1) + cid for e in range(k.count)] for r in range(n)]
-            kind = _OneShotColl if k.count <= one_shot_elems else _Coll
-            self.colls[cid] = kind(cid, k.count, n, nslots, slot_elems, own)
+            if k.count <= one_shot_elems:
+                self.colls[cid] = _OneShotColl(cid, k.count, n, nslots, own)
+            else:
+                self.colls[cid] = _RingColl(cid, k.count, n, nslots, slot_elems, own)
             self.expected[cid] = [sum(col) for col in zip(*own)]
         self.max_quiet = max_quiet_ticks if max_quiet_ticks is not None \
             else _default_quiet_ticks(self.should_quit, self.p, n, self.quits_ever)

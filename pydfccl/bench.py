@@ -80,10 +80,11 @@ def latency_worker(comm, iters: int, warmup: int, count: int, dtype: str,
 
 def one_thread_latency(nranks: int, iters: int, warmup: int, count: int, dtype: str,
                        policy: str, persistent: bool, colls: int = 1,
-                       nthreads: int | None = None) -> dict:
+                       nthreads: int | None = None, nblocks: int | None = None) -> dict:
     """The same runs with one thread driving every rank (``init_all``): each iteration
     submits on all ranks, then waits for all; no GIL hand-offs between rank threads."""
-    comms = init_all(nranks, policy=policy, persistent=persistent, **_sizes(colls, nthreads))
+    comms = init_all(nranks, policy=policy, persistent=persistent,
+                     **_sizes(colls, nthreads, nblocks))
     try:
         pairs = [_prepare(comm, colls, count, dtype) for comm in comms]
         start_all(comms)
@@ -110,12 +111,13 @@ def group_order(comms: list, pairs: list) -> list:
             for rank, comm in enumerate(comms)]
 
 
-def _sizes(colls: int, nthreads: int | None) -> dict:
-    """World sizes for ``colls`` collectives (the defaults hold 16 on the simulator) and
-    blocks of ``nthreads`` (None: the default)."""
+def _sizes(colls: int, nthreads: int | None, nblocks: int | None) -> dict:
+    """World sizes for ``colls`` collectives (the defaults hold 16 on the simulator),
+    ``nblocks`` blocks of ``nthreads`` (None: the default)."""
     sizes = {"max_colls": colls} if colls > 16 else {}
-    if nthreads is not None:
-        sizes["nthreads"] = nthreads
+    for name, value in (("nthreads", nthreads), ("nblocks", nblocks)):
+        if value is not None:
+            sizes[name] = value
     return sizes
 
 
@@ -126,13 +128,14 @@ def _summary(times_us, submit_us, stats) -> dict:
 
 def measure_latency(nranks: int, iters: int, warmup: int, count: int, dtype: str, policy: str,
                     persistent: bool, backend=None, driver: str = "threads",
-                    colls: int = 1, nthreads: int | None = None) -> dict:
+                    colls: int = 1, nthreads: int | None = None,
+                    nblocks: int | None = None) -> dict:
     if driver == "one":
         return one_thread_latency(nranks, iters, warmup, count, dtype, policy, persistent,
-                                  colls, nthreads)
+                                  colls, nthreads, nblocks)
     per_rank = launch(latency_worker, nranks, policy=policy, backend=backend,
                       persistent=persistent, args=(iters, warmup, count, dtype, colls),
-                      **_sizes(colls, nthreads))
+                      **_sizes(colls, nthreads, nblocks))
     times = np.max([r["times_us"] for r in per_rank], axis=0)   # a run ends on its slowest rank
     submit = np.median([r["submit_us"] for r in per_rank])   # time inside run(), all ranks
     return _summary(times, submit, [r["stats"] for r in per_rank])
@@ -155,6 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=BACKENDS, default=None)
     p.add_argument("--nthreads", type=int, default=None,
                    help="threads per daemon block (WorldConfig; default: the machine's)")
+    p.add_argument("--nblocks", type=int, default=None,
+                   help="daemon blocks (channels) a rank (WorldConfig; default: the machine's)")
     p.add_argument("--switch-interval", type=float, default=None,
                    help="set sys.setswitchinterval (seconds) for this run")
     p.add_argument("--no-baseline", action="store_true",
@@ -189,7 +194,8 @@ def main(argv: list[str]) -> int:
             try:
                 results[name] = measure_latency(args.nranks, args.iters, args.warmup,
                                                 args.count, args.dtype, policy, persistent,
-                                                args.backend, d, args.colls, args.nthreads)
+                                                args.backend, d, args.colls, args.nthreads,
+                                                args.nblocks)
             except PydfcclError as exc:
                 failed += 1
                 print(f"{d:<8} {name:<24} failed: {str(exc).splitlines()[0]}", flush=True)

@@ -193,6 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trace", metavar="FILE",
                    help="write the daemons' events as a Chrome-trace/Perfetto JSON timeline")
     p.add_argument("--plot", metavar="FILE.png", help="draw the timeline as a picture")
+    p.add_argument("--nblocks", type=int, default=None,
+                   help="daemon blocks (channels) a rank (default: the machine's, "
+                        "pydfccl.world.WorldConfig)")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--schedule", metavar="FILE", help="replay a model schedule (JSON) instead")
     return p
@@ -231,12 +234,14 @@ def main(argv: list[str]) -> int:
               f"({', '.join(opts.kinds)}) of {opts.count} x {opts.dtype} per iteration, "
               f"{opts.iters} iterations, policy {opts.policy}, sync {opts.sync}, "
               f"{'in order' if opts.in_order else '100% disorder'}", flush=True)
+    sizes = {} if args.nblocks is None else {"nblocks": args.nblocks}
     try:
         if group_rank is None:
-            per_rank = run_demo(opts, backend=args.backend, watchdog_timeout=args.watchdog)
+            per_rank = run_demo(opts, backend=args.backend, watchdog_timeout=args.watchdog,
+                                **sizes)
         else:
             per_rank = run_in_group(chaos_worker, group, args=(opts,), policy=opts.policy,
-                                    watchdog_timeout=args.watchdog)
+                                    watchdog_timeout=args.watchdog, **sizes)
             if per_rank is None:      # not rank 0: rank 0 reports for everyone
                 return 0
     except RankFailedError as exc:

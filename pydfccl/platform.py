@@ -34,10 +34,10 @@ else:
 
 __all__ = ["SIMULATOR", "WAIT_SPIN_SECONDS", "gpu_available", "DeviceBuffer", "HostBuffer",
            "PeerBuffer", "ipc_handle", "use_device", "bind_thread", "mps_active",
-           "device_attribute", "device_memory_used", "driver_result", "address_of", "empty",
-           "new_stream", "destroy_stream", "launch", "launch_ahead", "wait_stream",
-           "synchronize_device", "deferred_frees", "to_numpy", "copy_in", "precise_sleeps",
-           "NUMBA_DEVICE_ARRAY", "clear_layout_cache"]
+           "device_attribute", "device_memory_used", "multiprocessors", "driver_result",
+           "address_of", "empty", "new_stream", "destroy_stream", "launch", "launch_ahead",
+           "wait_stream", "synchronize_device", "deferred_frees", "to_numpy", "copy_in",
+           "precise_sleeps", "NUMBA_DEVICE_ARRAY", "clear_layout_cache"]
 
 
 # How long a thread in ``Future.result()`` watches for its completion itself (spinning
@@ -78,7 +78,7 @@ class DeviceBuffer:
         else:
             self._dev = cuda.device_array(nbytes, np.uint8)
             self.addr = address_of(self._dev)
-            self.write(0, np.zeros(nbytes, np.uint8))
+            _zero_device(self.addr, nbytes)
 
     def write(self, offset: int, data: np.ndarray) -> None:
         """Copy ``data`` in and wait for it. The copy goes on a stream of its own: one on the
@@ -208,6 +208,21 @@ def device_attribute(name: str) -> int:
         f"cuDeviceGetAttribute({name})"))
 
 
+def multiprocessors() -> int | None:
+    """The streaming multiprocessors of the process's GPU (GPU 0 until ``use_device``), or
+    None without one. Read through the driver without making a context, so that a launcher
+    that only sizes a world takes no GPU memory."""
+    if not gpu_available():
+        return None
+    from cuda.bindings import driver
+
+    driver_result(driver.cuInit(0), "cuInit")
+    device = driver_result(driver.cuDeviceGet(_process_device or 0), "cuDeviceGet")
+    return int(driver_result(driver.cuDeviceGetAttribute(
+        driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device),
+        "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)"))
+
+
 def device_memory_used() -> int | None:
     """Bytes of the GPU's memory in use (every process's), or None under the simulator."""
     if SIMULATOR or not gpu_available():
@@ -316,6 +331,18 @@ def _host_to_device(dev_bytes, raw: np.ndarray) -> None:
             pinned[:n] = raw[start:start + n]
             dev_bytes[start:start + n].copy_to_device(pinned[:n], stream=stream)
             stream.synchronize()
+
+
+def _zero_device(addr: int, nbytes: int) -> None:
+    """Zero device memory on the device, on pydfccl's copy stream, and wait: a pool of
+    hundreds of MiB staged through pinned memory 4 MiB at a time would take a tenth of a
+    second a rank."""
+    from cuda.bindings import driver
+
+    stream = _copy_stream()
+    driver_result(driver.cuMemsetD8Async(addr, 0, nbytes, stream._pydfccl_handle),
+                  "cuMemsetD8Async")
+    stream.synchronize()
 
 
 def _device_to_host(dev_bytes) -> np.ndarray:

@@ -31,6 +31,19 @@ for s in $stages; do
     demo4_sync) stage demo4_sync 80 $PY -m pydfccl demo -n 4 -k 8 -i 20 --sync device --no-progress ;;
     demo8_sync) stage demo8_sync 100 $PY -m pydfccl demo -n 8 -k 8 -i 20 --sync device --no-progress ;;
     bench)      stage bench 120 env PYDFCCL_DEADLOCK_STACKS=1 $PY -m pydfccl bench latency -n 2 --iters 10000 ;;
+    blocks_ab)  # small messages, many at once and device syncs with a rank's daemon blocks
+                # (BLOCKS, "default" for the machine's) taking turns in one call
+                for w in bench many4 bench8 sync; do
+                  for b in ${BLOCKS:-4 default}; do
+                    opt=""; [ "$b" = default ] || opt="--nblocks $b"
+                    case $w in
+                      bench) stage bench_b$b 60 $PY -m pydfccl bench latency -n 2 --iters 3000 --driver one --no-baseline $opt ;;
+                      many4) stage many4_b$b 60 $PY -m pydfccl bench latency -n 4 -k 64 -c 1024 --iters 200 -w 20 --driver one --no-baseline $opt ;;
+                      bench8) stage bench8_b$b 60 $PY -m pydfccl bench latency -n 8 --iters 1000 --driver one --no-baseline $opt ;;
+                      sync) stage demo4_sync_b$b 80 $PY -m pydfccl demo -n 4 -k 8 -i 20 --sync device --no-progress $opt ;;
+                    esac
+                  done
+                done ;;
     bench1)     stage bench1 60 $PY -m pydfccl bench latency -n 1 --iters 3000 ;;
     many4)      stage many4 120 env PYDFCCL_DEADLOCK_STACKS=1 $PY -m pydfccl bench latency -n 4 -k 64 -c 1024 --iters 200 -w 20 ;;
     many4_conn) # the same with 32 hardware work queues (CUDA's default is 8; streams beyond
@@ -181,6 +194,9 @@ for s in $stages; do
                 # one run() after another, then 15 ring steps of about 4.6 us)
                 stage probe_latency8 90 $PY scripts/probe_latency.py 1000 8 ;;
     probe_memory) stage probe_memory 60 $PY scripts/probe_memory.py ;;
+    floor)      # the least an 8-byte all-reduce from Python can take here: a kernel a rank that
+                # trades one flag, no pydfccl (issue 5's 6 and 10 us targets against it)
+                stage floor 120 $PY scripts/probe_floor.py --ranks 1 2 4 8 ;;
     probe_step) stage probe_step 60 $PY scripts/probe_step.py ;;
     clocks)     # the SM clock while a latency run keeps the daemons busy (read, never set)
                 stage clocks 60 bash -c "$PY scripts/probe_latency.py 4000 > /dev/null & for i in 1 2 3 4 5 6 7 8; do sleep 2; nvidia-smi --query-gpu=clocks.sm,clocks.max.sm,utilization.gpu --format=csv,noheader; done; wait" ;;

@@ -275,3 +275,35 @@ def test_bench_cycles_alternate_the_modes_and_report_each_sizes_median(monkeypat
 
     assert cli.main(["bench", "-N", "0", "--no-progress"]) == 2
     assert "-N/--cycles must be at least 1" in capsys.readouterr().err
+
+
+def test_nblocks_reaches_the_worlds_of_bench_latency_and_the_demo(monkeypatch, capsys):
+    """``--nblocks`` sets a rank's daemon blocks (the machine's default otherwise), so that
+    the GPU batch can time block counts against each other (stage ``blocks_ab``)."""
+    from pydfccl import bench, demo
+
+    seen = []
+
+    def measure(*args):
+        seen.append(args[-1])
+        return dict(median=5.0, p10=4.0, p90=6.0, submit=1.0, stats=[{"launches": 1}])
+
+    monkeypatch.setattr(bench, "measure_latency", measure)
+    assert bench.main(["--iters", "3", "--driver", "threads", "--no-baseline"]) == 0
+    assert bench.main(["--iters", "3", "--driver", "threads", "--no-baseline",
+                       "--nblocks", "2"]) == 0
+    assert seen == [None, 2]
+    assert bench._sizes(1, None, 2) == {"nblocks": 2}
+    assert bench._sizes(1, None, None) == {}
+
+    configs = []
+
+    def run_demo(opts, backend=None, watchdog_timeout=None, **config):
+        configs.append(config)
+        raise demo.RankFailedError(0, "stopped here")
+
+    monkeypatch.setattr(demo, "run_demo", run_demo)
+    cli.main(["demo", "-n", "2", "-i", "1", "--no-progress", "--nblocks", "3"])
+    cli.main(["demo", "-n", "2", "-i", "1", "--no-progress"])
+    assert configs == [{"nblocks": 3}, {}]
+    capsys.readouterr()

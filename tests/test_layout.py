@@ -44,3 +44,33 @@ def test_connectors_do_not_overlap():
 def test_world_config_rejects_bad_sizes(bad):
     with pytest.raises(ValueError, match="WorldConfig"):
         WorldConfig(2, simulator=True, **bad)
+
+
+def test_gpu_worlds_take_32_channels_or_their_share_of_a_shared_gpu(monkeypatch):
+    """Every rank's daemon blocks must fit on the GPU at once (a block fills a
+    multiprocessor): 32 channels a rank while they do, else the largest power of two that
+    does; a size given is kept. The simulator's default stays one block."""
+    from pydfccl import world
+
+    monkeypatch.setattr(world, "multiprocessors", lambda: 132)     # an H200
+    assert [world.gpu_nblocks(n) for n in (1, 2, 4, 5, 8, 16, 132, 200)] == \
+        [32, 32, 32, 16, 16, 8, 1, 1]
+    assert WorldConfig(8, simulator=False).nblocks == 16
+    assert WorldConfig(8, simulator=False, nblocks=3).nblocks == 3
+    assert WorldConfig(8, simulator=True).nblocks == 1
+    monkeypatch.setattr(world, "multiprocessors", lambda: 78)      # a smaller GPU
+    assert world.gpu_nblocks(4) == 16
+    monkeypatch.setattr(world, "multiprocessors", lambda: None)    # no GPU: sized for an H200
+    assert world.gpu_nblocks(4) == 32
+
+
+def test_a_world_whose_daemons_cannot_all_be_resident_is_warned_of(monkeypatch, caplog):
+    from pydfccl import world
+
+    monkeypatch.setattr(world, "multiprocessors", lambda: 132)
+    with caplog.at_level("WARNING", logger="pydfccl"):
+        world._warn_if_daemons_overflow(WorldConfig(4, nblocks=32, simulator=False))
+        assert not caplog.records
+        world._warn_if_daemons_overflow(WorldConfig(8, nblocks=32, simulator=False))
+    [record] = caplog.records
+    assert "8 ranks x 32 daemon blocks = 256 blocks, but this GPU holds 132" in record.message

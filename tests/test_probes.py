@@ -68,26 +68,43 @@ def test_probe_big_summarizes_an_event_log(tmp_path):
     assert "completed -> absorbed       7.5 (2)" in out.stdout
 
 
-def test_the_contention_probe_compiles_for_the_h200():
-    """GPU-only, but its kernel is checked here the way the daemon is: compiled to PTX for
-    sm_90 (in a process without the simulator), with the loads, stores and fences it times
-    (docs/benchmarks.md cites it)."""
-    script = f"""
+def _probe_ptx(script: str, kernel: str, signature: str) -> str:
+    """A GPU-only probe's kernel compiled to PTX for sm_90, the way the daemon is checked (in
+    a process without the simulator)."""
+    code = f"""
 import importlib.util
 from numba import cuda
 from pydfccl.kernels.ptx import _without_driver
-spec = importlib.util.spec_from_file_location("probe", {str(SCRIPTS / "probe_contention.py")!r})
+spec = importlib.util.spec_from_file_location("probe", {str(SCRIPTS / script)!r})
 probe = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(probe)
 with _without_driver((9, 0)):
-    ptx, _ = cuda.compile_ptx(probe.probe.py_func,
-                              "void(int64, int64, int64, int64, int64, int64[:])", cc=(9, 0))
+    ptx, _ = cuda.compile_ptx(probe.{kernel}.py_func, {signature!r}, cc=(9, 0))
 print(ptx)
 """
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout
+
+
+def test_the_contention_probe_compiles_for_the_h200():
+    """GPU-only; its kernel has the loads, stores and fences it times (docs/benchmarks.md
+    cites it)."""
+    ptx = _probe_ptx("probe_contention.py", "probe",
+                     "void(int64, int64, int64, int64, int64, int64[:])")
     for instruction in ("%globaltimer", "%clock64", "ld.volatile", "st.volatile",
                         "fence.acq_rel.sys", "fence.acq_rel.gpu"):
-        assert instruction in out.stdout, instruction
+        assert instruction in ptx, instruction
+
+
+def test_the_floor_probe_compiles_for_the_h200():
+    """GPU-only (its rank kernels spin side by side, which the simulator's blocking launches
+    cannot): the host-memory acquire it polls with, the peers' flags and the system fence
+    before the completion word."""
+    ptx = _probe_ptx("probe_floor.py", "rank_loop",
+                     "void(int64, int64, int64, int64, int64, int64, int64)")
+    for instruction in ("ld.acquire.sys", "ld.volatile", "st.volatile", "fence.acq_rel.sys",
+                        "fence.acq_rel.gpu"):
+        assert instruction in ptx, instruction

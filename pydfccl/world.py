@@ -35,19 +35,18 @@ def new_segment(size: int):
     return shared_memory.SharedMemory(name=name, create=True, size=size)
 
 
-GPU_CHANNELS = 32      # what NCCL takes on an H200's NVLink, and what large messages need
 H200_MULTIPROCESSORS = 132   # sizes a GPU world on a machine without one (PTX, models)
 
 
 def gpu_nblocks(nranks: int) -> int:
-    """A rank's daemon blocks by default on a GPU: GPU_CHANNELS, or the largest power of two
+    """A rank's daemon blocks by default on a GPU: MAX_BLOCKS (32), or the largest power of two
     that lets ``nranks`` ranks' daemons all fit on one GPU at once when they share it (a
     daemon block of 512 threads takes a multiprocessor's registers; a block left waiting
     for room would make its peers wait for their daemon to quit). On the H200 at 2026-11-30
     22:28, 4 ranks, 32 blocks ran 8 MiB to 128 MiB all-reduces 3.8 to 5.9 times faster than
     4 blocks and small ones as fast (docs/benchmarks.md, "Late night")."""
     share = max(1, (multiprocessors() or H200_MULTIPROCESSORS) // nranks)
-    return min(GPU_CHANNELS, 1 << (share.bit_length() - 1))
+    return min(L.MAX_BLOCKS, 1 << (share.bit_length() - 1))
 
 
 _DEFAULTS = {   # a callable default is of nranks

@@ -379,3 +379,19 @@ def test_native_stacks_show_this_process_threads_frames():
         pytest.skip("this machine does not let a process be attached to")
     assert out.startswith("native stacks:\n")
     assert "Thread " in out and "\n#0 " in out, out[-2000:]
+
+
+def test_torch_groups_take_their_sizes_from_the_environment(monkeypatch):
+    """A group's world: 64 collectives, the machine's blocks and slots unless the
+    PYDFCCL_TORCH_* variables say otherwise (its pool on a GPU grows with each)."""
+    from pydfccl import platform
+    from pydfccl.torch.backend import comm_options
+
+    for name in ("PYDFCCL_TORCH_MAX_COLLS", "PYDFCCL_TORCH_SLOT_BYTES", "PYDFCCL_TORCH_NBLOCKS"):
+        monkeypatch.delenv(name, raising=False)
+    base = comm_options()
+    assert base["max_colls"] == 64 and "nblocks" not in base
+    assert ("slot_bytes" in base) == platform.SIMULATOR
+    monkeypatch.setenv("PYDFCCL_TORCH_NBLOCKS", "4")
+    monkeypatch.setenv("PYDFCCL_TORCH_MAX_COLLS", "8")
+    assert comm_options() == dict(base, max_colls=8, nblocks=4)

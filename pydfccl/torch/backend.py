@@ -57,14 +57,18 @@ class C10dStoreGroup:
 def comm_options() -> dict:
     """WorldConfig sizes of a torch group's communicator: room for 64 signatures (and
     transfer places; each costs a connector set), and under the simulator 4 KiB slots
-    (fewer simulated steps per collective). ``PYDFCCL_TORCH_MAX_COLLS`` and
-    ``PYDFCCL_TORCH_SLOT_BYTES`` change them."""
+    (fewer simulated steps per collective). ``PYDFCCL_TORCH_MAX_COLLS``,
+    ``PYDFCCL_TORCH_SLOT_BYTES`` and ``PYDFCCL_TORCH_NBLOCKS`` (a rank's daemon blocks;
+    the machine's default otherwise) change them."""
     from .. import platform
 
     options = dict(max_colls=int(os.environ.get("PYDFCCL_TORCH_MAX_COLLS", "64")))
     slot = os.environ.get("PYDFCCL_TORCH_SLOT_BYTES", "4096" if platform.SIMULATOR else "")
     if slot:
         options["slot_bytes"] = int(slot)
+    nblocks = os.environ.get("PYDFCCL_TORCH_NBLOCKS", "")
+    if nblocks:
+        options["nblocks"] = int(nblocks)
     return options
 
 

@@ -210,17 +210,20 @@ def device_attribute(name: str) -> int:
 
 def multiprocessors() -> int | None:
     """The streaming multiprocessors of the process's GPU (GPU 0 until ``use_device``), or
-    None without one. Read through the driver without making a context, so that a launcher
-    that only sizes a world takes no GPU memory."""
+    None without one or without a driver that answers. Read through the driver without
+    making a context, so that a launcher that only sizes a world takes no GPU memory."""
     if not gpu_available():
         return None
-    from cuda.bindings import driver
+    try:
+        from cuda.bindings import driver
 
-    driver_result(driver.cuInit(0), "cuInit")
-    device = driver_result(driver.cuDeviceGet(_process_device or 0), "cuDeviceGet")
-    return int(driver_result(driver.cuDeviceGetAttribute(
-        driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device),
-        "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)"))
+        driver_result(driver.cuInit(0), "cuInit")
+        device = driver_result(driver.cuDeviceGet(_process_device or 0), "cuDeviceGet")
+        return int(driver_result(driver.cuDeviceGetAttribute(
+            driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device),
+            "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)"))
+    except RuntimeError:   # the driver's errors (driver_result), a driver library not found
+        return None
 
 
 def device_memory_used() -> int | None:

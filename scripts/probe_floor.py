@@ -49,8 +49,9 @@ def rank_loop(sq, cq, cq_sum, inbox, flags, rank, nranks):
                 spins = 0
                 while M.load_volatile(flags + (rank * nranks + p) * 8) != k:
                     spins += 1
-                    if spins % SPINS_BEFORE_LOOKING == 0 and M.load_volatile(sq + rank * 8) == STOP:
-                        return
+                    if spins % SPINS_BEFORE_LOOKING == 0:
+                        if M.load_volatile(sq + rank * 8) == STOP:
+                            return
         M.fence_gpu()
         for p in range(nranks):
             if p != rank:

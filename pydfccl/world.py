@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from . import layout as L
-from .kernels.compiler import MAX_THREADS, register_cap
+from .kernels.compiler import MAX_THREADS, blocks_per_sm
 from .log import logger
 from .platform import (SIMULATOR, DeviceBuffer, HostBuffer, PeerBuffer, gpu_available,
                        ipc_handle, multiprocessors)
@@ -38,20 +38,27 @@ def new_segment(size: int):
 H200_MULTIPROCESSORS = 132   # sizes a GPU world on a machine without one (PTX, models)
 
 
-def gpu_nblocks(nranks: int) -> int:
-    """A rank's daemon blocks by default on a GPU: MAX_BLOCKS (32), or the largest power of two
-    that lets ``nranks`` ranks' daemons all fit on one GPU at once when they share it (a
-    daemon block of 512 threads takes a multiprocessor's registers; a block left waiting
-    for room would make its peers wait for their daemon to quit). On the H200 at 2026-11-30
-    22:28, 4 ranks, 32 blocks ran 8 MiB to 128 MiB all-reduces 3.8 to 5.9 times faster than
-    4 blocks and small ones as fast (docs/benchmarks.md, "Late night")."""
-    share = max(1, (multiprocessors() or H200_MULTIPROCESSORS) // nranks)
+def resident_blocks(nthreads: int, sms: int) -> int:
+    """Daemon blocks of ``nthreads`` that ``sms`` multiprocessors run at once. A block
+    beyond them waits for room, and its peers wait for it: under dfccl until a daemon
+    quits (slow), under the nccl policy for ever."""
+    return sms * blocks_per_sm(nthreads)
+
+
+def gpu_nblocks(nranks: int, nthreads: int = MAX_THREADS) -> int:
+    """A rank's daemon blocks by default on a GPU: MAX_BLOCKS (32), or the largest power of
+    two that lets ``nranks`` ranks' daemons all be resident on one GPU when they share it
+    (``resident_blocks``). On the H200 at 2026-11-30 22:28, 4 ranks, 32 blocks ran 8 MiB to
+    128 MiB all-reduces 3.8 to 5.9 times faster than 4 blocks and small ones as fast
+    (docs/benchmarks.md, "Late night")."""
+    sms = multiprocessors() or H200_MULTIPROCESSORS
+    share = max(1, resident_blocks(nthreads, sms) // nranks)
     return min(L.MAX_BLOCKS, 1 << (share.bit_length() - 1))
 
 
-_DEFAULTS = {   # a callable default is of nranks
-    False: dict(nblocks=gpu_nblocks, nthreads=512, nslots=4, slot_bytes=128 * 1024,
-                max_colls=32),
+_DEFAULTS = {   # in this order; a callable default is of the config filled so far
+    False: dict(nthreads=512, nblocks=lambda cfg: gpu_nblocks(cfg.nranks, cfg.nthreads),
+                nslots=4, slot_bytes=128 * 1024, max_colls=32),
     True: dict(nblocks=1, nthreads=1, nslots=4, slot_bytes=256, max_colls=16),
 }
 
@@ -84,7 +91,7 @@ class WorldConfig:
     def __post_init__(self):
         for name, value in _DEFAULTS[self.simulator].items():
             if getattr(self, name) is None:
-                object.__setattr__(self, name, value(self.nranks) if callable(value) else value)
+                object.__setattr__(self, name, value(self) if callable(value) else value)
         checks = [
             (self.nranks >= 1, "nranks must be >= 1"),
             (1 <= self.nblocks <= L.MAX_BLOCKS, f"nblocks must be in 1..{L.MAX_BLOCKS}"),
@@ -118,21 +125,16 @@ class WorldConfig:
 
 def _warn_if_daemons_overflow(config: WorldConfig) -> None:
     """Warn when the ranks' daemon blocks, all on this process's GPU, cannot be resident at
-    once: each block of ``nthreads`` is compiled to fill a multiprocessor's registers
-    (``compiler.register_cap``), so blocks beyond what the GPU holds wait for room, and
-    their peers wait for them: under dfccl until a daemon quits (slow), under the nccl
-    policy for ever."""
+    once (``resident_blocks``)."""
     sms = multiprocessors()
     if sms is None:
         return
-    threads = -(-config.nthreads // 32) * 32
-    per_sm = 65536 // (threads * register_cap(config.nthreads))
-    blocks = config.nranks * config.nblocks
-    if blocks > sms * per_sm:
+    blocks, room = config.nranks * config.nblocks, resident_blocks(config.nthreads, sms)
+    if blocks > room:
         logger.warning("%d ranks x %d daemon blocks = %d blocks, but this GPU holds %d at "
                        "once (%d multiprocessors x %d): the daemons will not all run together; "
                        "pass a smaller nblocks (the default takes the ranks' share)",
-                       config.nranks, config.nblocks, blocks, sms * per_sm, sms, per_sm)
+                       config.nranks, config.nblocks, blocks, room, sms, room // sms)
 
 
 class World:

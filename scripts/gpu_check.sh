@@ -70,7 +70,8 @@ for s in $stages; do
                 # PYDFCCL_PROFILE_STEPS=1, kernels/step_profile.py), blocks of 256 and 512
                 stage step_phases 200 $PY scripts/probe_step_phases.py --nthreads 256 512 --runs 50 ;;
     width_big)  # large messages with blocks of 512 and 256 threads (THREADS), the default
-                # world and the large-message one (32 blocks of 512 KiB slots)
+                # world (4 blocks when it ran at 19:47, 32 since e1e05eb) and 32 blocks of
+                # 512 KiB slots
                 for t in ${THREADS:-512 256}; do
                   stage width_big_t$t 150 $PY -m pydfccl bench --nranks 4 -b 1048576 -e 268435456 -f 4 -n 20 -w 5 --nthreads $t --baseline none --no-progress
                   stage width_big32_t$t 150 $PY -m pydfccl bench --nranks 4 -b 16777216 -e 268435456 -f 16 -n 20 -w 5 --nthreads $t --nblocks 32 --slot-bytes 524288 --baseline none --no-progress

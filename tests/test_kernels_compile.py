@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from pydfccl.kernels.compiler import register_cap
+from pydfccl.kernels.compiler import blocks_per_sm, register_cap
 from pydfccl.sched.policies import policy_names
 from pydfccl.world import WorldConfig
 
@@ -105,6 +105,8 @@ def test_the_daemons_disk_cache_key_is_the_same_in_every_process():
 def test_the_register_cap_follows_the_blocks_width():
     assert [register_cap(n) for n in (512, 500, 384, 257, 256, 128, 1)] == [
         128, 128, 168, 248, 255, 255, 255]
+    # so a multiprocessor holds one block of 256 threads or more, two of 128
+    assert [blocks_per_sm(n) for n in (512, 500, 384, 256, 128, 64)] == [1, 1, 1, 1, 2, 4]
 
 
 def test_more_threads_than_the_register_cap_allows_are_refused():

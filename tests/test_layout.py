@@ -47,15 +47,16 @@ def test_world_config_rejects_bad_sizes(bad):
 
 
 def test_gpu_worlds_take_32_channels_or_their_share_of_a_shared_gpu(monkeypatch):
-    """Every rank's daemon blocks must fit on the GPU at once (a block fills a
-    multiprocessor): 32 channels a rank while they do, else the largest power of two that
-    does; a size given is kept. The simulator's default stays one block."""
+    """Every rank's daemon blocks must fit on the GPU at once (a block of 256 threads or more
+    fills a multiprocessor's registers): 32 channels a rank while they do, else the largest
+    power of two that does; a size given is kept. The simulator's default stays one block."""
     from pydfccl import world
 
     monkeypatch.setattr(world, "multiprocessors", lambda: 132)     # an H200
     assert [world.gpu_nblocks(n) for n in (1, 2, 4, 5, 8, 16, 132, 200)] == \
         [32, 32, 32, 16, 16, 8, 1, 1]
     assert WorldConfig(8, simulator=False).nblocks == 16
+    assert WorldConfig(8, simulator=False, nthreads=128).nblocks == 32   # two a multiprocessor
     assert WorldConfig(8, simulator=False, nblocks=3).nblocks == 3
     assert WorldConfig(8, simulator=True).nblocks == 1
     monkeypatch.setattr(world, "multiprocessors", lambda: 78)      # a smaller GPU
@@ -71,6 +72,10 @@ def test_a_world_whose_daemons_cannot_all_be_resident_is_warned_of(monkeypatch, 
     with caplog.at_level("WARNING", logger="pydfccl"):
         world._warn_if_daemons_overflow(WorldConfig(4, nblocks=32, simulator=False))
         assert not caplog.records
+        world._warn_if_daemons_overflow(WorldConfig(8, nblocks=32, nthreads=128,
+                                                    simulator=False))   # 2 a multiprocessor
+        assert not caplog.records
         world._warn_if_daemons_overflow(WorldConfig(8, nblocks=32, simulator=False))
     [record] = caplog.records
-    assert "8 ranks x 32 daemon blocks = 256 blocks, but this GPU holds 132" in record.message
+    assert "8 ranks x 32 daemon blocks = 256 blocks, but this GPU holds 132 at once " \
+           "(132 multiprocessors x 1)" in record.message

@@ -72,6 +72,8 @@ def policy_params(draw, name):
     else:
         over = dict(BASE=draw(st.integers(1, 60)), FACTOR=draw(st.integers(1, 8)),
                     NUM_TRY=draw(st.integers(1, 6)))
+        if name == "dfccl":       # the head's first budget: the model's own (BASE) or longer
+            over["HEAD_BASE"] = draw(st.sampled_from([0, 0, 100, 500]))
     over["QUIT_AFTER"] = draw(st.integers(1, 2000))
     return policies.get_policy(name).with_params(**over)
 

@@ -23,7 +23,7 @@ from .errors import PydfcclError
 from .gcpause import gc_paused
 from .group import close_all, init_all, start_all
 from .launch import BACKENDS, launch
-from .sched.policies import policy_names
+from .policy_options import add_policy_options, chosen_policy
 
 __all__ = ["latency_worker", "measure_latency", "main"]
 
@@ -79,7 +79,7 @@ def latency_worker(comm, iters: int, warmup: int, count: int, dtype: str,
 
 
 def one_thread_latency(nranks: int, iters: int, warmup: int, count: int, dtype: str,
-                       policy: str, persistent: bool, colls: int = 1,
+                       policy, persistent: bool, colls: int = 1,
                        nthreads: int | None = None, nblocks: int | None = None) -> dict:
     """The same runs with one thread driving every rank (``init_all``): each iteration
     submits on all ranks, then waits for all; no GIL hand-offs between rank threads."""
@@ -126,7 +126,7 @@ def _summary(times_us, submit_us, stats) -> dict:
                 p90=float(np.percentile(times_us, 90)), submit=float(submit_us), stats=stats)
 
 
-def measure_latency(nranks: int, iters: int, warmup: int, count: int, dtype: str, policy: str,
+def measure_latency(nranks: int, iters: int, warmup: int, count: int, dtype: str, policy,
                     persistent: bool, backend=None, driver: str = "threads",
                     colls: int = 1, nthreads: int | None = None,
                     nblocks: int | None = None) -> dict:
@@ -154,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-k", "--colls", type=int, default=1,
                    help="all-reduces submitted together per iteration (each its own "
                         "collective; 64 with --count 1024: 64 concurrent 4 KiB all-reduces)")
-    p.add_argument("--policy", default="dfccl", choices=policy_names())
+    add_policy_options(p)
     p.add_argument("--backend", choices=BACKENDS, default=None)
     p.add_argument("--nthreads", type=int, default=None,
                    help="threads per daemon block (WorldConfig; default: the machine's)")
@@ -173,20 +173,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
+    try:
+        policy = chosen_policy(args)
+    except ValueError as exc:
+        print(f"bench latency: --param {exc}", file=sys.stderr)
+        return 2
     if args.switch_interval:
         sys.setswitchinterval(args.switch_interval)
     nbytes = args.count * np.dtype(args.dtype).itemsize
     where = "GPU" if platform.gpu_available() else "CUDA simulator (CPU)"
     together = f"{args.colls} all-reduces submitted together" if args.colls > 1 else "all-reduce"
     print(f"{together} latency on the {where}: {args.nranks} ranks, {nbytes} bytes each, "
-          f"{args.iters} runs after {args.warmup} warm-up, submit to future completion")
+          f"{args.iters} runs after {args.warmup} warm-up, submit to future completion"
+          + "".join(f", {item}" for item in args.param))
     driver = args.driver or ("both" if platform.gpu_available() else "threads")
     drivers = ("threads", "one") if driver == "both" else (driver,)
     print(f"{'driver':<8} {'mode':<24} {'median us':>10} {'p10 us':>8} {'p90 us':>8} "
           f"{'x baseline':>10} {'in run() us':>11} {'launches':>9}", flush=True)
     failed = 0
     for d in drivers:   # each driver's rows as soon as they are measured
-        modes = [("daemon (" + args.policy + ")", args.policy, True)]
+        modes = [("daemon (" + args.policy + ")", policy, True)]
         if not args.no_baseline:
             modes.append(("kernel launch per call", "nccl", False))
         results = {}

@@ -24,7 +24,8 @@ from .codes import COLLECTIVE_KINDS as KINDS
 from .launch import BACKENDS, default_backend, launch
 from .mpi import current_group, run_in_group
 from .reference import buffer_elems, reference
-from .sched.policies import policy_names
+from .policy_options import add_policy_options, chosen_policy, parse_params
+from .sched.policies import get_policy
 from .trace import plot_timeline, to_chrome
 from .watchdog import format_status
 
@@ -39,6 +40,7 @@ class DemoOptions:
     count: int = 1000
     dtype: str = "float32"
     policy: str = "dfccl"
+    params: tuple = ()       # (name, value) overrides of the policy's parameters (--param)
     sync: str = "none"
     seed: int = 0
     in_order: bool = False
@@ -138,8 +140,12 @@ def _wait(comm, future, opts: DemoOptions) -> None:
 def run_demo(opts: DemoOptions, backend: str | None = None, watchdog_timeout=None,
              **config) -> list[dict]:
     """Run the chaos test; returns each rank's stats (raises RankFailedError on failure)."""
-    return launch(chaos_worker, opts.nranks, policy=opts.policy, backend=backend,
+    return launch(chaos_worker, opts.nranks, policy=_policy(opts), backend=backend,
                   watchdog_timeout=watchdog_timeout, args=(opts,), **config)
+
+
+def _policy(opts: DemoOptions):
+    return get_policy(opts.policy).with_params(**dict(opts.params))
 
 
 def summarize(opts: DemoOptions, per_rank: list[dict]) -> str:
@@ -175,7 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kinds", default="all_reduce",
                    help="comma-separated collective kinds, used in turn, or 'all' "
                         f"({', '.join(KINDS)})")
-    p.add_argument("--policy", default="dfccl", choices=policy_names())
+    add_policy_options(p)
     p.add_argument("--sync", default="none", choices=["none", "device"],
                    help="'device': a device-wide synchronize after every submission")
     p.add_argument("--in-order", action="store_true", help="no disorder (a baseline)")
@@ -213,10 +219,21 @@ def _kinds(text: str) -> tuple:
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.schedule:
+        if args.param:
+            print("error: --param does not apply to a --schedule replay (its model and daemon "
+                  "run the policy's defaults)", file=sys.stderr)
+            return 2
         from .replay import replay_main
         return replay_main(args)
+    try:
+        chosen_policy(args)
+    except ValueError as exc:
+        print(f"error: --param {exc}", file=sys.stderr)
+        return 2
     opts = DemoOptions(nranks=args.nranks, colls=args.colls, iters=args.iters, count=args.count,
-                       dtype=args.dtype, policy=args.policy, sync=args.sync, seed=args.seed,
+                       dtype=args.dtype, policy=args.policy,
+                       params=tuple(parse_params(args.param).items()), sync=args.sync,
+                       seed=args.seed,
                        in_order=args.in_order, align=args.align,
                        progress=not args.no_progress,
                        status_every=args.status_every, kinds=_kinds(args.kinds),
@@ -232,7 +249,8 @@ def main(argv: list[str]) -> int:
         print(f"pydfccl chaos demo on the {where}: {opts.nranks} ranks"
               f"{' (a process each)' if group_rank is not None else ''}, {opts.colls} collectives "
               f"({', '.join(opts.kinds)}) of {opts.count} x {opts.dtype} per iteration, "
-              f"{opts.iters} iterations, policy {opts.policy}, sync {opts.sync}, "
+              f"{opts.iters} iterations, policy {opts.policy}"
+              + "".join(f" {k}={v}" for k, v in opts.params) + f", sync {opts.sync}, "
               f"{'in order' if opts.in_order else '100% disorder'}", flush=True)
     sizes = {} if args.nblocks is None else {"nblocks": args.nblocks}
     try:
@@ -240,7 +258,7 @@ def main(argv: list[str]) -> int:
             per_rank = run_demo(opts, backend=args.backend, watchdog_timeout=args.watchdog,
                                 **sizes)
         else:
-            per_rank = run_in_group(chaos_worker, group, args=(opts,), policy=opts.policy,
+            per_rank = run_in_group(chaos_worker, group, args=(opts,), policy=_policy(opts),
                                     watchdog_timeout=args.watchdog, **sizes)
             if per_rank is None:      # not rank 0: rank 0 reports for everyone
                 return 0

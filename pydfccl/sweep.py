@@ -50,7 +50,8 @@ from .group import close_all, init_all, start_all
 from .kernels.plans import one_shot_limit
 from .launch import BACKENDS, default_backend, launch
 from .reference import buffer_elems, reference
-from .sched.policies import get_policy, policy_names
+from .policy_options import add_policy_options, chosen_policy, parse_params
+from .sched.policies import get_policy
 from .world import machine_sizes
 
 __all__ = ["SweepOptions", "bus_factor", "sizes", "sweep_worker", "run_sweep", "add_hbm",
@@ -392,10 +393,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-d", "--datatype", default="float32", choices=list(DTYPES))
     p.add_argument("-o", "--op", default="sum", choices=list(OPS))
     p.add_argument("-r", "--root", type=int, default=0)
-    p.add_argument("--policy", default="dfccl", choices=policy_names())
-    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
-                   help="override a parameter of the daemon's policy (repeatable; GPU times "
-                        "in ns), e.g. --param BASE=100000; baselines keep theirs")
+    add_policy_options(p)
     p.add_argument("--baseline", default="launch",
                    choices=("none", "launch", "nccl", "both", "torch", "all"),
                    help="launch: a kernel launch per collective; nccl: the no-preemption "
@@ -459,17 +457,6 @@ def print_table(rows: list[dict], daemon_rows: list[dict]) -> None:
           f"{np.mean([r['busbw'] for r in rows]):.3f} GB/s", flush=True)
 
 
-def parse_params(items: list[str]) -> dict:
-    """``["BASE=100000", ...]`` as {name: int}; ValueError names a malformed item."""
-    params = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep or not value.strip().lstrip("-").isdigit():
-            raise ValueError(f"{item!r}: expected NAME=INTEGER")
-        params[name.strip()] = int(value)
-    return params
-
-
 def main(argv: list[str]) -> int:
     if argv and argv[0] == "latency":          # the small-message latency benchmark
         from .bench import main as latency_main
@@ -477,7 +464,7 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     try:
         params = parse_params(args.param)
-        get_policy(args.policy).with_params(**params)
+        chosen_policy(args)
     except ValueError as exc:
         print(f"bench: --param {exc}", file=sys.stderr)
         return 2

@@ -7,6 +7,20 @@
 LOGS=${LOGS:-/tmp/pydfccl_gpu_logs}
 source "$(dirname "$0")/gpu_common.sh"
 
+workload() {  # workload NAME SUFFIX OPTIONS...: one of the A/B stages' workloads
+  local w=$1 sfx=$2; shift 2
+  case $w in
+    bench)   stage bench_$sfx 60 $PY -m pydfccl bench latency -n 2 --iters 3000 --driver one --no-baseline "$@" ;;
+    many4)   stage many4_$sfx 60 $PY -m pydfccl bench latency -n 4 -k 64 -c 1024 --iters 200 -w 20 --driver one --no-baseline "$@" ;;
+    bench8)  stage bench8_$sfx 60 $PY -m pydfccl bench latency -n 8 --iters 1000 --driver one --no-baseline "$@" ;;
+    sync)    stage demo4_sync_$sfx 80 $PY -m pydfccl demo -n 4 -k 8 -i 20 --sync device --no-progress "$@" ;;
+    policy)  stage policy_$sfx 200 $PY -m pydfccl bench --nranks 4 -b 32768 -e 8388608 -f 16 -n 200 -N ${CYCLES:-15} -w 2 --baseline nccl --no-hbm --no-progress "$@" ;;
+    aligned) stage aligned_chaos_$sfx 100 $PY -m pydfccl demo -n 4 -k 8 -i 50 --align --no-progress "$@"
+             stage aligned_inorder_$sfx 100 $PY -m pydfccl demo -n 4 -k 8 -i 50 --align --in-order --no-progress "$@" ;;
+    *)       echo "unknown workload $w" | tee -a "$SUMMARY" ;;
+  esac
+}
+
 case "${1:-quick}" in
   quick) stages="tests demo4 demo8_nccl bench" ;;
   full)  stages="tests demo8 demo8_nccl demo4_sync replay timeline soak bench bench8 many4 sweep4 sweep4_policy big256" ;;
@@ -33,15 +47,19 @@ for s in $stages; do
     bench)      stage bench 120 env PYDFCCL_DEADLOCK_STACKS=1 $PY -m pydfccl bench latency -n 2 --iters 10000 ;;
     blocks_ab)  # small messages, many at once and device syncs with a rank's daemon blocks
                 # (BLOCKS, "default" for the machine's) taking turns in one call
-                for w in bench many4 bench8 sync; do
+                for w in ${AB_WORKLOADS:-bench many4 bench8 sync}; do
                   for b in ${BLOCKS:-4 default}; do
                     opt=""; [ "$b" = default ] || opt="--nblocks $b"
-                    case $w in
-                      bench) stage bench_b$b 60 $PY -m pydfccl bench latency -n 2 --iters 3000 --driver one --no-baseline $opt ;;
-                      many4) stage many4_b$b 60 $PY -m pydfccl bench latency -n 4 -k 64 -c 1024 --iters 200 -w 20 --driver one --no-baseline $opt ;;
-                      bench8) stage bench8_b$b 60 $PY -m pydfccl bench latency -n 8 --iters 1000 --driver one --no-baseline $opt ;;
-                      sync) stage demo4_sync_b$b 80 $PY -m pydfccl demo -n 4 -k 8 -i 20 --sync device --no-progress $opt ;;
-                    esac
+                    workload $w b$b $opt
+                  done
+                done ;;
+    head_ab)    # dfccl's first wait budget for the queue head (HEADS, ns; "default" for the
+                # policy's own) taking turns in one call: the in-order target at 32 KiB to
+                # 8 MiB against the nccl policy, small messages, disorder against order
+                for w in ${AB_WORKLOADS:-policy bench bench8 aligned sync}; do
+                  for h in ${HEADS:-20000 default}; do
+                    opt=""; [ "$h" = default ] || opt="--param HEAD_BASE=$h"
+                    workload $w head$h $opt
                   done
                 done ;;
     bench1)     stage bench1 60 $PY -m pydfccl bench latency -n 1 --iters 3000 ;;
@@ -117,10 +135,13 @@ for s in $stages; do
     policy_small) # the 97% target below 1 MiB, where one size's cycles spread most: more
                 # cycles of more runs, no HBM table (it needs no check at these sizes)
                 stage policy_small 240 $PY -m pydfccl bench --nranks 4 -b 8 -e 524288 -f 16 -n 500 -N ${CYCLES:-11} -w 5 --baseline nccl --no-hbm --no-progress ;;
-    policy_8m)  # the 97% target at 8 MiB for dfccl's first wait budget (BASE, ns; 20000 is
-                # the default): do preemptions of in-order work cost the few percent?
+    policy_8m|policy_base) # the 97% target at one size (SIZE bytes; 8 MiB for policy_8m)
+                # for dfccl's first wait budget (BASES, ns; 20000 is the default): do
+                # preemptions of in-order work cost the few percent?
+                size=${SIZE:-8388608}; [ "$s" = policy_8m ] && size=8388608
                 for b in ${BASES:-20000 100000}; do
-                  stage policy_8m_$b 150 $PY -m pydfccl bench --nranks 4 -b 8388608 -e 8388608 -n 200 -N ${CYCLES:-9} -w 5 --baseline nccl --param BASE=$b --no-hbm --no-progress
+                  name=policy_${size}_$b; [ "$s" = policy_8m ] && name=policy_8m_$b
+                  stage $name $(( 60 + 10 * ${CYCLES:-9} )) $PY -m pydfccl bench --nranks 4 -b $size -e $size -n 200 -N ${CYCLES:-9} -w 5 --baseline nccl --param BASE=$b --no-hbm --no-progress
                 done ;;
     sweep2_gpus) # two GPUs (device kind nvidia-h200-x2): a rank process per GPU, beside NCCL
                 # itself through torch.distributed in the same run
@@ -197,7 +218,7 @@ for s in $stages; do
     probe_memory) stage probe_memory 60 $PY scripts/probe_memory.py ;;
     floor)      # the least an 8-byte all-reduce from Python can take here: a kernel a rank that
                 # trades one flag, no pydfccl (issue 5's 6 and 10 us targets against it)
-                stage floor 120 $PY scripts/probe_floor.py --ranks 1 2 4 8 ;;
+                stage floor 180 $PY scripts/probe_floor.py --ranks 1 2 4 8 --relay ;;
     probe_step) stage probe_step 60 $PY scripts/probe_step.py ;;
     clocks)     # the SM clock while a latency run keeps the daemons busy (read, never set)
                 stage clocks 60 bash -c "$PY scripts/probe_latency.py 4000 > /dev/null & for i in 1 2 3 4 5 6 7 8; do sleep 2; nvidia-smi --query-gpu=clocks.sm,clocks.max.sm,utilization.gpu --format=csv,noheader; done; wait" ;;

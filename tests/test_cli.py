@@ -219,6 +219,45 @@ def test_bench_param_overrides_the_daemon_policy_only(monkeypatch, capsys):
     assert "expected NAME=INTEGER" in capsys.readouterr().err
 
 
+def test_param_reaches_the_daemons_of_bench_latency_and_the_demo(monkeypatch, capsys):
+    """``--param`` sets the daemon policy's parameters in ``bench latency`` (its launch
+    baseline keeps the nccl policy) and in the demo, as in the sweep; a bad one exits 2."""
+    from pydfccl import bench, demo
+
+    policies = []
+
+    def measure(*args):
+        policies.append(args[5])
+        return dict(median=5.0, p10=4.0, p90=6.0, submit=1.0, stats=[{"launches": 1}])
+
+    monkeypatch.setattr(bench, "measure_latency", measure)
+    assert bench.main(["--iters", "3", "--driver", "threads",
+                       "--param", "HEAD_BASE=20000"]) == 0
+    daemon, baseline = policies
+    assert daemon.name == "dfccl" and daemon.params["HEAD_BASE"] == 20000
+    assert baseline == "nccl"
+    assert "submit to future completion, HEAD_BASE=20000" in capsys.readouterr().out
+    assert bench.main(["--param", "NOPE=1"]) == 2
+    assert "has no parameter(s) ['NOPE']" in capsys.readouterr().err
+
+    seen = []
+
+    def run_demo(opts, backend=None, watchdog_timeout=None, **config):
+        seen.append(demo._policy(opts))
+        raise demo.RankFailedError(0, "stopped here")
+
+    monkeypatch.setattr(demo, "run_demo", run_demo)
+    cli.main(["demo", "-n", "2", "-i", "1", "--no-progress", "--param", "BASE=7",
+              "--param", "HEAD_BASE=9"])
+    (policy,) = seen
+    assert (policy.params["BASE"], policy.params["HEAD_BASE"]) == (7, 9)
+    assert "policy dfccl BASE=7 HEAD_BASE=9, sync none" in capsys.readouterr().out
+    assert cli.main(["demo", "--param", "BASE"]) == 2
+    assert "expected NAME=INTEGER" in capsys.readouterr().err
+    assert cli.main(["demo", "--schedule", "x.json", "--param", "BASE=1"]) == 2
+    assert "--param does not apply to a --schedule replay" in capsys.readouterr().err
+
+
 def test_bench_param_reaches_the_ranks_daemons(tmp_path, capsys):
     """A 1 ns wait budget (``--param BASE=1``) preempts nearly every wait that is not
     already met. How many waits are met depends on how the rank processes happen to run, so

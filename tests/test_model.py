@@ -91,6 +91,22 @@ def test_preemption_resolves_opposite_orders(policy):
     assert res.preemptions > 0
 
 
+def test_dfccl_can_give_the_queue_head_a_higher_first_budget():
+    """HEAD_BASE, when above BASE, is the head's first budget (the paper's "high initial
+    threshold" for the head); the others start from BASE; each reload adds one more, up to
+    NUM_TRY. The default (HEAD_BASE 0) starts every task from BASE, on every backend."""
+    dfccl = policies.get_policy("dfccl")
+    on_load = dfccl.threshold_on_load
+    for backend in (dict(), dict(simulator=True), dict(model=True)):
+        params = dfccl.param_array(**backend)
+        assert on_load(params, 1, 1) == on_load(params, 0, 1) == params[0]
+    head = dfccl.with_params(HEAD_BASE=100_000).param_array()
+    assert [on_load(head, 1, t) for t in (1, 2, 5, 9)] == [100_000, 200_000, 500_000, 500_000]
+    assert [on_load(head, 0, t) for t in (1, 2, 5, 9)] == [20_000, 40_000, 100_000, 100_000]
+    assert on_load(dfccl.with_params(BASE=300_000, HEAD_BASE=100_000).param_array(), 1, 1) \
+        == 300_000
+
+
 def test_gpu_sized_budgets_stay_cheap():
     start = time.perf_counter()
     paper_order = policies.get_policy("dfccl").with_params(ORDER_BY_ID=0)

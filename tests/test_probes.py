@@ -108,3 +108,6 @@ def test_the_floor_probe_compiles_for_the_h200():
     for instruction in ("ld.acquire.sys", "ld.volatile", "st.volatile", "fence.acq_rel.sys",
                         "fence.acq_rel.gpu"):
         assert instruction in ptx, instruction
+    relay = _probe_ptx("probe_floor.py", "relay", "void(int64, int64, int64)")
+    for instruction in ("ld.acquire.sys", "st.release"):
+        assert instruction in relay, instruction

@@ -1,0 +1,33 @@
+"""The command line's ``--policy NAME`` and ``--param NAME=VALUE``, shared by ``bench``,
+``bench latency`` and ``demo`` so that a policy experiment reads the same in each."""
+from __future__ import annotations
+
+import argparse
+
+from .sched.policies import Policy, get_policy, policy_names
+
+__all__ = ["add_policy_options", "parse_params", "chosen_policy"]
+
+
+def add_policy_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--policy", default="dfccl", choices=policy_names())
+    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                   help="override a parameter of the daemon's policy (repeatable; GPU times "
+                        "in ns), e.g. --param HEAD_BASE=20000; baselines keep theirs")
+
+
+def parse_params(items: list[str]) -> dict:
+    """``["BASE=100000", ...]`` as {name: int}; ValueError names a malformed item."""
+    params = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not value.strip().lstrip("-").isdigit():
+            raise ValueError(f"{item!r}: expected NAME=INTEGER")
+        params[name.strip()] = int(value)
+    return params
+
+
+def chosen_policy(args: argparse.Namespace) -> Policy:
+    """The policy ``--policy`` names with ``--param``'s overrides; ValueError names a
+    malformed item or a parameter the policy does not have."""
+    return get_policy(args.policy).with_params(**parse_params(args.param))

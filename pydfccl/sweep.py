@@ -50,7 +50,7 @@ from .group import close_all, init_all, start_all
 from .kernels.plans import one_shot_limit
 from .launch import BACKENDS, default_backend, launch
 from .reference import buffer_elems, reference
-from .policy_options import add_policy_options, chosen_policy, parse_params
+from .policy_options import add_policy_options, parse_params
 from .sched.policies import get_policy
 from .world import machine_sizes
 
@@ -464,7 +464,7 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     try:
         params = parse_params(args.param)
-        chosen_policy(args)
+        get_policy(args.policy).with_params(**params)
     except ValueError as exc:
         print(f"bench: --param {exc}", file=sys.stderr)
         return 2

@@ -211,9 +211,9 @@ _STICKY = dict(BASE=20_000, FACTOR=5, NUM_TRY=5, QUIT_AFTER=5_000_000, PRIORITY_
                ORDER_BY_ID=1)
 _STICKY_SIM = dict(BASE=2_000_000, QUIT_AFTER=50_000_000)
 _STICKY_MODEL = dict(BASE=20, QUIT_AFTER=2_000)
-# HEAD_BASE 0: the head starts from BASE, as in the original code. On the H200 a head budget
-# of 100 us cut in-order preemptions tenfold without moving the in-order ratio to the nccl
-# policy, and the aligned chaos demo's collectives took longer (docs/benchmarks.md, "After
+# HEAD_BASE 0: the head starts from BASE, as in the original code. On the H200 head budgets
+# of 100 us and 1 ms cut in-order preemptions tenfold and to none without moving the in-order
+# ratio to the nccl policy out of its spread between calls (docs/benchmarks.md, "After
 # midnight, December 1"); it stays a parameter to try (--param HEAD_BASE=NS).
 register(Policy("dfccl", _dfccl_threshold_on_load, _dfccl_threshold_after_wait,
                 _dfccl_tries_per_pass, _priority_then_agreed, _quit_after_idle,

@@ -16,6 +16,20 @@ def test_host_path_probe_completes_runs_against_its_echo_daemon():
     assert "host only (echo daemon), 300 runs: median" in out.stdout
 
 
+def test_submit_floor_probe_times_its_minimal_submit():
+    """The least a Python submit costs (docs/benchmarks.md weighs the latency targets
+    against it); its check that every call stored its entry holds."""
+    out = subprocess.run([sys.executable, str(SCRIPTS / "probe_submit_floor.py"),
+                          "--runs", "2000"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("least Python submit (5 stores and a future): ")
+    per_call = float(lines[0].split(": ")[1].split()[0])
+    assert 0 < per_call < 1000
+    assert lines[2].startswith("  one thread, 8 ranks: ")
+    assert abs(float(lines[2].split(": ")[1].split()[0]) - 8 * per_call) < 0.05   # rounding
+
+
 def test_step_profile_counts_every_step_and_times_each_phase():
     """The daemon built with PYDFCCL_PROFILE_STEPS=1 (on the simulator): exactly the steps
     of each workload (1,024 a copy run; 3 a ring loop of 8 elements, 512 loops a run, on

@@ -521,7 +521,7 @@ class Communicator:
             with self._lock:   # as with NCCL, the sync comes after the submitted work's launch:
                 # on the stream (queued), not only decided on, or the sync could pass before it
                 # (our reading of a test that saw no relaunch at all, H200, 2026-11-29 22:44)
-                while (self._outstanding() and not self._launch_on_stream()
+                while (self._undone() and not self._launch_on_stream()
                        and self._error is None and self._state == "started"
                        and not self._row["abort"][0]):
                     self._wait_wake(0.01)
@@ -637,6 +637,20 @@ class Communicator:
     def _outstanding(self) -> int:
         return self._submitted - self._completed
 
+    def _undone(self) -> int:
+        """Outstanding runs whose CQ stamp is not posted yet: what a daemon is still needed
+        for (caller holds the lock). A run the daemon finished waits for no daemon while the
+        host has yet to drain it (a busy thread, a poller waiting for the GIL); on the H200
+        such completions kept idle ranks' daemons relaunching every 10 to 17 ms for 1.4 s
+        (2026-12-01 00:43). The head may run ahead of ``_completed`` while a drain is in
+        progress: that run is then counted undone, which only allows a launch."""
+        undone, head = self._outstanding(), self._cq_head
+        for _ in range(min(undone, L.CQ_CAP)):
+            if self._cq_stamp[head % L.CQ_CAP] != head + 1:
+                break
+            undone, head = undone - 1, head + 1
+        return undone
+
     def _world_activity(self) -> int:
         """Changes whenever any rank submits or makes progress: a reason to relaunch."""
         ctl = self.world.ctl
@@ -651,7 +665,7 @@ class Communicator:
                 with self._lock:
                     while self._state == "started" and not self._row["abort"][0]:
                         if self._ahead == "queued" or (
-                                (self._outstanding() or self._holds) and self._ahead is None
+                                (self._undone() or self._holds) and self._ahead is None
                                 and (pause == 0 or self._world_activity() != activity
                                      or time.perf_counter() - paused_at >= pause)):
                             break

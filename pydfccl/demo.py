@@ -26,7 +26,7 @@ from .mpi import current_group, run_in_group
 from .reference import buffer_elems, reference
 from .policy_options import add_policy_options, chosen_policy, parse_params
 from .sched.policies import get_policy
-from .trace import plot_timeline, to_chrome
+from .trace import host_mark, plot_timeline, to_chrome
 from .watchdog import format_status
 
 __all__ = ["DemoOptions", "chaos_orders", "run_demo", "main"]
@@ -86,6 +86,12 @@ def chaos_worker(comm, opts: DemoOptions) -> dict:
         bar = tqdm(total=opts.iters, desc=f"chaos {n} ranks x {K} {what}", unit="it",
                    file=sys.stderr)
     verified, started, in_collectives = 0, time.perf_counter(), 0.0
+    marks = []          # the host's side of the timeline (with --trace)
+
+    def mark(what, coll, it):
+        if opts.trace:
+            marks.append(host_mark(comm.rank, what, coll, it))
+
     for it in range(opts.iters):
         orders = ([list(range(K))] * n if opts.in_order else chaos_orders(K, n, rng))
         for k in range(K):
@@ -93,12 +99,15 @@ def chaos_worker(comm, opts: DemoOptions) -> dict:
         if opts.align:
             comm.barrier()      # every rank starts submitting at once: no arrival skew
         futures, submitted = [], time.perf_counter()
+        mark("host: submitting", None, it)
         for k in orders[comm.rank]:
             futures.append(comm.run(k, sends[k], recvs[k]))
+            mark("host: run() returned", k, it)
             if opts.sync == "device":
                 comm.synchronize_device()
-        for f in futures:
+        for k, f in zip(orders[comm.rank], futures):
             _wait(comm, f, opts)
+            mark("host: result", k, it)
         in_collectives += time.perf_counter() - submitted
         for k in range(K):
             inputs = [_input(r, k, it, sizes[k][0], opts.dtype) for r in range(n)]
@@ -118,7 +127,7 @@ def chaos_worker(comm, opts: DemoOptions) -> dict:
     elapsed = time.perf_counter() - started
     return dict(comm.stats(), verified=verified, seconds=elapsed,
                 collective_seconds=in_collectives,
-                trace=comm.trace() if opts.trace else None)
+                trace=comm.trace() + marks if opts.trace else None)
 
 
 def _wait(comm, future, opts: DemoOptions) -> None:
@@ -197,7 +206,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="while waiting, print every rank's status at this interval")
     p.add_argument("--json", metavar="FILE", help="write the per-rank stats as JSON")
     p.add_argument("--trace", metavar="FILE",
-                   help="write the daemons' events as a Chrome-trace/Perfetto JSON timeline")
+                   help="write the daemons' events, and each rank's host marks (submitting, "
+                        "run() returned, result), as a Chrome-trace/Perfetto JSON timeline")
     p.add_argument("--plot", metavar="FILE.png", help="draw the timeline as a picture")
     p.add_argument("--nblocks", type=int, default=None,
                    help="daemon blocks (channels) a rank (default: the machine's, "

@@ -32,7 +32,7 @@ if SIMULATOR:
 else:
     from numba.cuda.cudadrv.devicearray import DeviceNDArray as NUMBA_DEVICE_ARRAY
 
-__all__ = ["SIMULATOR", "WAIT_SPIN_SECONDS", "gpu_available", "DeviceBuffer", "HostBuffer",
+__all__ = ["SIMULATOR", "WAIT_SPIN_SECONDS", "event_clock_ns", "gpu_available", "DeviceBuffer", "HostBuffer",
            "PeerBuffer", "ipc_handle", "use_device", "bind_thread", "mps_active",
            "device_attribute", "device_memory_used", "multiprocessors", "driver_result",
            "address_of", "empty", "new_stream", "destroy_stream", "launch", "launch_ahead",
@@ -46,6 +46,12 @@ __all__ = ["SIMULATOR", "WAIT_SPIN_SECONDS", "gpu_available", "DeviceBuffer", "H
 # taking the cores that launcher threads need when many ranks wait at once; under the
 # simulator a collective takes milliseconds of CPU that a spinning waiter would only slow.
 WAIT_SPIN_SECONDS = 0.0 if SIMULATOR else 1e-3
+
+# Now, on the clock of the daemons' event logs, read on the host: the simulator's device
+# clock is perf_counter_ns; a GPU's %globaltimer follows the host's real-time clock (about
+# 330 us apart on the H200, 2026-11-30 15:32), close enough to lay host marks of
+# milliseconds beside the daemons' events.
+event_clock_ns = time.perf_counter_ns if SIMULATOR else time.time_ns
 
 
 def gpu_available() -> bool:

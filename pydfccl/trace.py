@@ -10,8 +10,12 @@ import threading
 import numpy as np
 
 from . import layout as L
+from . import platform
 
-__all__ = ["TraceReader", "TRACE_KEEP", "primitive_name", "to_chrome", "plot_timeline"]
+__all__ = ["TraceReader", "TRACE_KEEP", "HOST_TRACK", "host_mark", "primitive_name",
+           "to_chrome", "plot_timeline"]
+
+HOST_TRACK = -1    # the block number of a rank's host marks: their own track, "host"
 
 
 def primitive_name(flags: int) -> str:
@@ -113,6 +117,14 @@ class TraceReader:
         return event
 
 
+def host_mark(rank: int, what: str, coll=None, loop: int = 0) -> dict:
+    """An event of the rank's host, now, in the form of the daemons' (``events()``), on
+    their clock (``platform.event_clock_ns``), so that a timeline shows where the host's
+    time went beside the GPU's: ``what`` names it ("host: ..."), ``coll`` the collective."""
+    return dict(t_ns=platform.event_clock_ns(), rank=rank, block=HOST_TRACK, event=what, coll=coll,
+                loop=loop, step=0)
+
+
 def to_chrome(events: list[dict], names: dict | None = None) -> dict:
     """Chrome-trace JSON (``chrome://tracing``, ui.perfetto.dev): a slice per stretch a
     block ran a collective (from loaded to preempted or completed), instants for the rest."""
@@ -140,6 +152,9 @@ def to_chrome(events: list[dict], names: dict | None = None) -> dict:
                             ph="i", s="t", ts=ts, pid=e["rank"], tid=e["block"]))
     for rank in sorted({e["rank"] for e in events}):
         out.append(dict(name="process_name", ph="M", pid=rank, args=dict(name=f"rank {rank}")))
+    for rank in sorted({e["rank"] for e in events if e["block"] == HOST_TRACK}):
+        out.append(dict(name="thread_name", ph="M", pid=rank, tid=HOST_TRACK,
+                        args=dict(name="host")))
     return {"traceEvents": out, "displayTimeUnit": "ms"}
 
 

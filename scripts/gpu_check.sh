@@ -40,6 +40,10 @@ for s in $stages; do
     aligned)    # disorder against order with every iteration started on all ranks at once
                 stage aligned_chaos 100 $PY -m pydfccl demo -n 4 -k 8 -i 50 --align --no-progress
                 stage aligned_inorder 100 $PY -m pydfccl demo -n 4 -k 8 -i 50 --align --in-order --no-progress ;;
+    aligned_trace) # where the aligned demo's time in collectives goes: the daemons' events
+                # and each rank's host marks on one timeline ($OUT/aligned_trace.json.gz)
+                stage aligned_trace 150 $PY -m pydfccl demo -n 4 -k 8 -i 12 --align --in-order --no-progress --trace "$OUT/aligned_trace.json"
+                gzip -f -9 "$OUT/aligned_trace.json" ;;
     demo8)      stage demo8 100 $PY -m pydfccl demo -n 8 -k 8 -i 200 --no-progress ;;
     demo8_nccl) stage demo8_nccl 45 $PY -m pydfccl demo -n 8 -k 8 -i 200 --policy nccl --no-progress ;;
     demo4_sync) stage demo4_sync 80 $PY -m pydfccl demo -n 4 -k 8 -i 20 --sync device --no-progress ;;

@@ -76,6 +76,41 @@ def test_demo_writes_a_timeline_and_a_picture(tmp_path):
     assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_demo_lays_the_hosts_marks_beside_the_daemons_events():
+    """With a trace, each rank's host marks its submissions and results on the daemons'
+    clock (platform.event_clock_ns): a rank's daemon absorbs a run after the host began
+    submitting and completes it before the host has its result."""
+    from pydfccl.demo import DemoOptions, run_demo
+    from pydfccl.trace import HOST_TRACK
+
+    opts = DemoOptions(nranks=2, colls=3, iters=2, count=20, progress=False, trace=True)
+    per_rank = run_demo(opts)
+    for rank, out in enumerate(per_rank):
+        events = sorted(out["trace"], key=lambda e: e["t_ns"])
+        host = [e for e in events if e["block"] == HOST_TRACK]
+        assert [e["event"] for e in host].count("host: submitting") == 2
+        assert sorted(e["coll"] for e in host if e["event"] == "host: result") == [0, 0, 1, 1,
+                                                                                  2, 2]
+        for it in range(2):
+            began = next(e["t_ns"] for e in host
+                         if e["event"] == "host: submitting" and e["loop"] == it)
+            for k in range(3):
+                result = next(e["t_ns"] for e in host if e["event"] == "host: result"
+                              and e["loop"] == it and e["coll"] == k)
+                absorbed = [e["t_ns"] for e in events
+                            if e["event"] == "absorbed" and e["coll"] == k
+                            and began <= e["t_ns"] <= result]
+                completed = [e["t_ns"] for e in events
+                             if e["event"] == "completed" and e["coll"] == k
+                             and began <= e["t_ns"] <= result]
+                assert absorbed and completed, (rank, it, k)
+    chrome = to_chrome([e for out in per_rank for e in out["trace"]])["traceEvents"]
+    assert {(e["pid"], e["args"]["name"]) for e in chrome if e["name"] == "thread_name"} == \
+        {(0, "host"), (1, "host")}
+    assert any(e["name"] == "host: result collective 2" and e["tid"] == HOST_TRACK
+               for e in chrome)
+
+
 class _Pool:
     """A pool's header in host memory, as ``DeviceBuffer.read`` serves it."""
 

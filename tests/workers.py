@@ -626,3 +626,26 @@ def held_launch_losing_a_block(comm, seconds: float):
     after = comm.stats()["launches"]
     comm.release_daemon()
     return dict(before=before, after=after)
+
+
+def undrained_completions(comm, seconds: float):
+    """A run that the daemon has finished and stamped in the CQ, but that the host has not
+    drained yet (a busy host; here no thread may drain), needs no daemon: how many launches
+    the rank made while it waited with that completion undrained."""
+    comm.prepare(0, "all_reduce", count=4, dtype="float32")
+    comm.start()
+    comm._drain_cq = lambda: 0      # this communicator only (GPU ranks share the class)
+    try:
+        x = _fill(comm, np.full(4, comm.rank + 1, np.float32))
+        future = comm.run(0, x)
+        slot = comm._cq_head % L.CQ_CAP
+        deadline = time.monotonic() + 60
+        while comm._cq_stamp[slot] != comm._cq_head + 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        stamped = comm.stats()["launches"]
+        time.sleep(seconds)
+        waited = comm.stats()["launches"]
+    finally:
+        del comm._drain_cq
+    total = platform.to_numpy(future.result(timeout=60)).tolist()
+    return dict(stamped=stamped, waited=waited, total=total)

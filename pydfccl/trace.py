@@ -121,8 +121,8 @@ def host_mark(rank: int, what: str, coll=None, loop: int = 0) -> dict:
     """An event of the rank's host, now, in the form of the daemons' (``events()``), on
     their clock (``platform.event_clock_ns``), so that a timeline shows where the host's
     time went beside the GPU's: ``what`` names it ("host: ..."), ``coll`` the collective."""
-    return dict(t_ns=platform.event_clock_ns(), rank=rank, block=HOST_TRACK, event=what, coll=coll,
-                loop=loop, step=0)
+    return dict(t_ns=platform.event_clock_ns(), rank=rank, block=HOST_TRACK, event=what,
+                coll=coll, loop=loop, step=0)
 
 
 def to_chrome(events: list[dict], names: dict | None = None) -> dict:

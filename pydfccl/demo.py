@@ -85,7 +85,7 @@ def chaos_worker(comm, opts: DemoOptions) -> dict:
         what = "all-reduces" if set(kinds) == {"all_reduce"} else "collectives"
         bar = tqdm(total=opts.iters, desc=f"chaos {n} ranks x {K} {what}", unit="it",
                    file=sys.stderr)
-    verified, started, in_collectives = 0, time.perf_counter(), 0.0
+    verified, started, in_collectives = 0, time.perf_counter(), []
     marks = []          # the host's side of the timeline (with --trace)
 
     def mark(what, coll, it):
@@ -108,7 +108,7 @@ def chaos_worker(comm, opts: DemoOptions) -> dict:
         for k, f in zip(orders[comm.rank], futures):
             _wait(comm, f, opts)
             mark("host: result", k, it)
-        in_collectives += time.perf_counter() - submitted
+        in_collectives.append(time.perf_counter() - submitted)
         for k in range(K):
             inputs = [_input(r, k, it, sizes[k][0], opts.dtype) for r in range(n)]
             want = reference(kinds[k], inputs, "sum", roots[k], comm.rank)
@@ -126,7 +126,7 @@ def chaos_worker(comm, opts: DemoOptions) -> dict:
         bar.close()
     elapsed = time.perf_counter() - started
     return dict(comm.stats(), verified=verified, seconds=elapsed,
-                collective_seconds=in_collectives,
+                collective_seconds=in_collectives,     # each iteration's
                 trace=comm.trace() + marks if opts.trace else None)
 
 
@@ -160,7 +160,8 @@ def _policy(opts: DemoOptions):
 def summarize(opts: DemoOptions, per_rank: list[dict]) -> str:
     iters = opts.iters
     seconds = max(r["seconds"] for r in per_rank)
-    waiting = sum(r["collective_seconds"] for r in per_rank) / len(per_rank)
+    # each iteration's time in collectives, the mean over ranks
+    each = np.mean([r["collective_seconds"] for r in per_rank], axis=0) if iters else [0.0]
     rows = [f"{'rank':>4} {'verified':>8} {'preempt':>8} {'relaunch':>8} {'steps':>8}"]
     for r in per_rank:
         rows.append(f"{r['rank']:>4} {r['verified']:>8} {r['preemptions']:>8} "
@@ -172,8 +173,10 @@ def summarize(opts: DemoOptions, per_rank: list[dict]) -> str:
                 f"preemptions: {sum(r['preemptions'] for r in per_rank)}; "
                 f"relaunches: {sum(r['relaunches'] for r in per_rank)}; "
                 f"time per iteration: {1e3 * seconds / max(iters, 1):.2f} ms, of which "
-                f"{1e3 * waiting / max(iters, 1):.2f} ms from a rank's first submission to "
-                f"its last completion (mean over ranks; the rest is filling and checking)")
+                f"{1e3 * np.mean(each):.2f} ms from a rank's first submission to "
+                f"its last completion (mean over ranks; the rest is filling and checking); "
+                f"that time's median iteration {1e3 * np.median(each):.2f} ms, the first "
+                f"{1e3 * each[0]:.2f} ms (warm-up: first calls, first launches)")
     return "\n".join(rows)
 
 

@@ -348,3 +348,16 @@ def test_nblocks_reaches_the_worlds_of_bench_latency_and_the_demo(monkeypatch, c
     cli.main(["demo", "-n", "2", "-i", "1", "--no-progress"])
     assert configs == [{"nblocks": 3}, {}]
     capsys.readouterr()
+
+
+def test_demo_summary_gives_the_median_iteration_beside_the_mean():
+    """A first iteration's warm-up (first calls, first launches) can weigh more than all the
+    others in the mean time in collectives; the summary gives the median and the first."""
+    from pydfccl.demo import DemoOptions, summarize
+
+    ranks = [dict(rank=r, verified=3, preemptions=0, relaunches=0, steps=9, seconds=1.0,
+                  collective_seconds=each)
+             for r, each in enumerate(([0.5, 0.002, 0.004], [0.3, 0.004, 0.002]))]
+    text = summarize(DemoOptions(nranks=2, colls=1, iters=3), ranks)
+    assert "of which 135.33 ms from a rank's first submission" in text
+    assert "median iteration 3.00 ms, the first 400.00 ms" in text

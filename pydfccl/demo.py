@@ -126,7 +126,7 @@ def chaos_worker(comm, opts: DemoOptions) -> dict:
         bar.close()
     elapsed = time.perf_counter() - started
     return dict(comm.stats(), verified=verified, seconds=elapsed,
-                collective_seconds=in_collectives,     # each iteration's
+                collective_seconds=in_collectives,     # one time per iteration
                 trace=comm.trace() + marks if opts.trace else None)
 
 

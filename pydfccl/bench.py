@@ -174,7 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     try:
-        policy = chosen_policy(args)
+        policy, _ = chosen_policy(args)
     except ValueError as exc:
         print(f"bench latency: --param {exc}", file=sys.stderr)
         return 2

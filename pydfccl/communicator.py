@@ -640,10 +640,11 @@ class Communicator:
     def _undone(self) -> int:
         """Outstanding runs whose CQ stamp is not posted yet: what a daemon is still needed
         for (caller holds the lock). A run the daemon finished waits for no daemon while the
-        host has yet to drain it (a busy thread, a poller waiting for the GIL); on the H200
-        such completions kept idle ranks' daemons relaunching every 10 to 17 ms for 1.4 s
-        (2026-12-01 00:43). The head may run ahead of ``_completed`` while a drain is in
-        progress: that run is then counted undone, which only allows a launch."""
+        host has yet to drain it (a busy thread, a poller waiting for the GIL); counted as
+        outstanding, such runs are our reading of an H200 timeline in which idle ranks'
+        daemons were relaunched every 10 to 17 ms for 1.4 s (2026-12-01 00:43). The head
+        may run ahead of ``_completed`` while a drain is in progress: that run is then
+        counted undone, which only allows a launch."""
         undone, head = self._outstanding(), self._cq_head
         for _ in range(min(undone, L.CQ_CAP)):
             if self._cq_stamp[head % L.CQ_CAP] != head + 1:

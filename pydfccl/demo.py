@@ -24,7 +24,7 @@ from .codes import COLLECTIVE_KINDS as KINDS
 from .launch import BACKENDS, default_backend, launch
 from .mpi import current_group, run_in_group
 from .reference import buffer_elems, reference
-from .policy_options import add_policy_options, chosen_policy, parse_params
+from .policy_options import add_policy_options, chosen_policy
 from .sched.policies import get_policy
 from .trace import host_mark, plot_timeline, to_chrome
 from .watchdog import format_status
@@ -239,13 +239,13 @@ def main(argv: list[str]) -> int:
         from .replay import replay_main
         return replay_main(args)
     try:
-        chosen_policy(args)
+        _, params = chosen_policy(args)
     except ValueError as exc:
         print(f"error: --param {exc}", file=sys.stderr)
         return 2
     opts = DemoOptions(nranks=args.nranks, colls=args.colls, iters=args.iters, count=args.count,
                        dtype=args.dtype, policy=args.policy,
-                       params=tuple(parse_params(args.param).items()), sync=args.sync,
+                       params=tuple(params.items()), sync=args.sync,
                        seed=args.seed,
                        in_order=args.in_order, align=args.align,
                        progress=not args.no_progress,

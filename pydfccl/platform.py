@@ -34,8 +34,8 @@ else:
 
 __all__ = ["SIMULATOR", "WAIT_SPIN_SECONDS", "event_clock_ns", "gpu_available",
            "DeviceBuffer", "HostBuffer", "PeerBuffer", "ipc_handle", "use_device",
-           "bind_thread", "mps_active", "device_attribute", "device_memory_used", "multiprocessors", "driver_result",
-           "address_of", "empty", "new_stream", "destroy_stream", "launch", "launch_ahead",
+           "bind_thread", "mps_active", "device_attribute", "device_memory_used",
+           "multiprocessors", "driver_result", "address_of", "empty", "new_stream", "destroy_stream", "launch", "launch_ahead",
            "wait_stream", "synchronize_device", "deferred_frees", "to_numpy", "copy_in",
            "precise_sleeps", "NUMBA_DEVICE_ARRAY", "clear_layout_cache"]
 

@@ -27,7 +27,8 @@ def parse_params(items: list[str]) -> dict:
     return params
 
 
-def chosen_policy(args: argparse.Namespace) -> Policy:
-    """The policy ``--policy`` names with ``--param``'s overrides; ValueError names a
-    malformed item or a parameter the policy does not have."""
-    return get_policy(args.policy).with_params(**parse_params(args.param))
+def chosen_policy(args: argparse.Namespace) -> tuple[Policy, dict]:
+    """The policy ``--policy`` names with ``--param``'s overrides, and the overrides
+    ({name: int}); ValueError names a malformed item or a parameter the policy lacks."""
+    params = parse_params(args.param)
+    return get_policy(args.policy).with_params(**params), params

@@ -50,7 +50,7 @@ from .group import close_all, init_all, start_all
 from .kernels.plans import one_shot_limit
 from .launch import BACKENDS, default_backend, launch
 from .reference import buffer_elems, reference
-from .policy_options import add_policy_options, parse_params
+from .policy_options import add_policy_options, chosen_policy
 from .sched.policies import get_policy
 from .world import machine_sizes
 
@@ -463,8 +463,7 @@ def main(argv: list[str]) -> int:
         return latency_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
-        params = parse_params(args.param)
-        get_policy(args.policy).with_params(**params)
+        _, params = chosen_policy(args)
     except ValueError as exc:
         print(f"bench: --param {exc}", file=sys.stderr)
         return 2

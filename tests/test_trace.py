@@ -9,6 +9,7 @@ import numpy as np
 import pydfccl
 import workers
 from pydfccl.kernels.plans import one_shot
+from pydfccl.kernels.ring import channel_count
 from pydfccl.trace import to_chrome
 from pydfccl.world import machine_sizes
 
@@ -30,14 +31,13 @@ def test_trace_shows_every_collective_loaded_preempted_resumed_completed():
     assert all(out["lost"] == 0 for out in per_rank)
     runs = _runs(events)
     assert sorted({(r, c) for r, _, c in runs}) == [(r, c) for r in range(2) for c in range(3)]
+    # 500 elements make one channel: a rank's other blocks (a GPU's) leave the runs alone
+    assert {block for _, block, _ in runs} == {0}
     preempted = 0
     for (rank, block, coll), names in runs.items():
         key = (rank, block, coll)
         assert names[0] == "absorbed" and names[-1] == "completed", (key, names)
         body = names[1:-1]
-        if block > 0:       # 500 elements make one channel: the other blocks have no data
-            assert body == [], (key, names)
-            continue
         assert body and body[0] == "loaded", (key, names)
         for a, b in zip(body, body[1:]):          # a preemption is always followed by a resume
             assert not (a == "preempted" and b != "loaded"), (key, names)
@@ -62,6 +62,31 @@ def test_trace_shows_every_collective_loaded_preempted_resumed_completed():
     slices = [e for e in chrome["traceEvents"] if e["ph"] == "X"]
     assert len(slices) == sum(n.count("loaded") for n in runs.values())
     assert {s["args"]["ended"] for s in slices} <= {"preempted", "completed"}
+
+
+def test_blocks_beyond_a_collectives_channels_leave_its_runs_alone():
+    """One element takes one of the three blocks' channels, 96 take all three (slots of 64
+    bytes): the other blocks log nothing of the small one's runs, and both complete, each
+    run once, with exact sums."""
+    counts, runs = (1, 96), 3
+    assert [channel_count(True, n, 8, 2, 3, 64) for n in counts] == [1, 3]
+    per_rank = pydfccl.launch(workers.traced_counts, 2, args=(counts, runs), nblocks=3,
+                              slot_bytes=64, timeout=300)
+    for k, n in enumerate(counts):
+        want = sum(workers._inputs(r, n, "int64", k) for r in range(2)).tolist()
+        assert all(out["results"][k] == want for out in per_rank), k
+    assert all(out["lost"] == 0 and out["stats"]["completed"] == runs * len(counts)
+               for out in per_rank)
+    completed = {}
+    for out in per_rank:
+        for e in out["trace"]:
+            if e["event"] == "completed":
+                key = (e["rank"], e["coll"])
+                completed.setdefault(key, []).append(e["block"])
+    for rank in range(2):
+        assert sorted(completed[rank, 0]) == [0] * runs
+        assert sorted(completed[rank, 1]) == sorted([0, 1, 2] * runs)
+    assert not any(e["block"] > 0 and e["coll"] == 0 for out in per_rank for e in out["trace"])
 
 
 def test_demo_writes_a_timeline_and_a_picture(tmp_path):

@@ -389,6 +389,23 @@ def traced_opposite_orders(comm, ncolls: int, count: int):
     return out
 
 
+def traced_counts(comm, counts: tuple, runs: int):
+    """An all-reduce of each count in ``counts``, each run ``runs`` times in rank-rotated
+    order; the results of the last runs and the daemon's event log."""
+    for k, count in enumerate(counts):
+        comm.prepare(k, "all_reduce", count=count, dtype="int64")
+    comm.start()
+    sends = [_fill(comm, _inputs(comm.rank, n, "int64", k)) for k, n in enumerate(counts)]
+    recvs = [comm.empty(n, "int64") for n in counts]
+    order = [(k + comm.rank) % len(counts) for k in range(len(counts))]
+    for _ in range(runs):
+        futures = {k: comm.run(k, sends[k], recvs[k]) for k in order}
+        results = {k: platform.to_numpy(f.result(timeout=120)).tolist()
+                   for k, f in futures.items()}
+    return dict(results=[results[k] for k in range(len(counts))], trace=comm.trace(),
+                lost=comm.trace_lost(), stats=comm.stats())
+
+
 class _Records(list):
     """A logging handler's worth of records, kept in a list (rank processes return them)."""
 

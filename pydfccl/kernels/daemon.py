@@ -5,7 +5,8 @@ it takes new work from the submission queue (SQ), keeps the block's active tasks
 the policy's order, loads a task (restoring its saved context), spins for the next step's
 data and slot credit within the policy's time budget (nanoseconds, ``%globaltimer``), and
 either hands the step to the whole block (``move``) or preempts the task, saving its
-context. The last block to finish a collective writes the completion queue (CQ). Thread 0
+context. A collective takes the blocks it has channels for (``ring.channel_count``), and
+the last of them to finish a run writes the completion queue (CQ). Thread 0
 also appends every event (task absorbed, loaded, preempted, completed; block launched,
 quit) to the block's event log in the pool, which the host drains for
 ``Communicator.trace()``. When the policy says the rank has gone too long without progress
@@ -323,18 +324,18 @@ def _publish_cq(st, sh, ctl):
 
 
 @cuda.jit(device=True)
-def _finish(st, sh, ctl, pool, tasks, coll, block, nblocks):
-    """This block is done with a run of ``coll``; the last block of all to finish that run
-    writes the CQ. A block may finish a collective's next runs before another block
-    finishes this one, so the blocks count each run in flight apart (run number modulo
-    RUNS: the host never has more in flight)."""
+def _finish(st, sh, ctl, pool, colls, tasks, coll, block):
+    """This block is done with a run of ``coll``; the last of the collective's channels
+    (blocks) to finish that run writes the CQ. A block may finish a collective's next runs
+    before another block finishes this one, so the blocks count each run in flight apart
+    (run number modulo RUNS: the host never has more in flight)."""
     _trace(st, pool, block, EV_COMPLETED, coll, 0, 0, 0)
     st[S_COMPLETED] += 1
     task = coll * TASK_WORDS
     run = tasks[task + T_RUNS]
     tasks[task + T_RUNS] = run + 1
     old = atomic_add_gpu(pool + P_DONE + (coll * RUNS + run % RUNS) * 8, 1)
-    if (old + 1) % nblocks == 0:
+    if (old + 1) % colls[coll * COLL_WORDS + C_NCH] == 0:
         k = atomic_add_gpu(pool + P_CQ_RESERVE, 1)
         entry = ctl + CTL_CQ + (k % CQ_CAP) * CQ_SIZE
         store_volatile(entry + CQ_COLL, coll)
@@ -409,14 +410,19 @@ def make_daemon(policy, nthreads: int = MAX_THREADS):
         _insert(act, akey, sh, coll, order_key(params, prio, seq, coll))
 
     @cuda.jit(device=True)
-    def take(st, act, akey, sh, params, ctl, pool, colls, tasks, queue, block, nblocks,
-             nranks, slot_bytes, seq, coll, send, recv, prio):
+    def take(st, act, akey, sh, params, ctl, pool, colls, tasks, queue, block, nranks,
+             slot_bytes, seq, coll, send, recv, prio):
         """A new run (SQ entry number ``seq``, from 1): activate its task, or queue it behind
-        its collective's active run, or finish it at once if this block has no share."""
+        its collective's active run, or finish it at once if its channel has no elements.
+        A block beyond the collective's channels leaves the run alone: small collectives
+        take one channel, and a rank's other blocks (up to 31) would each log it, count
+        it with an atomic and write their status rows to host memory."""
+        if block >= colls[coll * COLL_WORDS + C_NCH]:
+            return
         _trace(st, pool, block, EV_ABSORBED, coll, seq, 0, 0)
         begin, end, nloops, slot_elems = _span(colls, coll, block, nranks, slot_bytes)
         if nloops == 0:
-            _finish(st, sh, ctl, pool, tasks, coll, block, nblocks)
+            _finish(st, sh, ctl, pool, colls, tasks, coll, block)
             return
         task = coll * TASK_WORDS
         if tasks[task + T_ACTIVE] != 0:
@@ -431,8 +437,8 @@ def make_daemon(policy, nthreads: int = MAX_THREADS):
         activate(act, akey, sh, params, tasks, coll, seq, send, recv, prio)
 
     @cuda.jit(device=True)
-    def absorb(st, act, akey, sh, params, ctl, pool, colls, tasks, queue, block, nblocks,
-               nranks, slot_bytes, limit, prof):
+    def absorb(st, act, akey, sh, params, ctl, pool, colls, tasks, queue, block, nranks,
+               slot_bytes, limit, prof):
         """Take new SQ entries, up to entry ``limit``, from their copies in device memory
         (``sq_copy``, below ``sq_seen``). The SQ itself (host memory, each read a PCIe round
         trip) is read only at the rank's turn to poll, by the block that takes the turn,
@@ -453,8 +459,8 @@ def make_daemon(policy, nthreads: int = MAX_THREADS):
             coll, send = load16(c + SC_COLL)
             recv, prio = load16(c + SC_RECV)
             f += 1
-            take(st, act, akey, sh, params, ctl, pool, colls, tasks, queue, block,
-                 nblocks, nranks, slot_bytes, f, coll, send, recv, prio)
+            take(st, act, akey, sh, params, ctl, pool, colls, tasks, queue, block, nranks,
+                 slot_bytes, f, coll, send, recv, prio)
         if f != st[S_FRONTIER]:
             st[S_FRONTIER] = f
             _progress(st, pool)   # new work is activity: a block with no share of it must
@@ -530,7 +536,7 @@ def make_daemon(policy, nthreads: int = MAX_THREADS):
                             sh[SH_CMD] = CMD_EXIT
                             return
                     absorb(st, act, akey, sh, params, ctl, pool, colls, tasks, queue, block,
-                           nblocks, nranks, slot_bytes, limit, prof)
+                           nranks, slot_bytes, limit, prof)
                     lap(prof, step_profile.PH_ABSORB if sh[SH_NACT] > 0 else
                         step_profile.PH_IDLE)
                     if sh[SH_NACT] == 0:
@@ -562,7 +568,7 @@ def make_daemon(policy, nthreads: int = MAX_THREADS):
                 save_task(st, tasks, 0)
                 _remove(act, akey, sh, st[S_POS])
                 st[S_TRIES_LEFT] = 0
-                _finish(st, sh, ctl, pool, tasks, coll, block, nblocks)
+                _finish(st, sh, ctl, pool, colls, tasks, coll, block)
                 next_run(act, akey, sh, params, tasks, queue, coll)
                 lap(prof, step_profile.PH_RETIRE)
                 continue

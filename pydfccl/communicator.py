@@ -611,6 +611,8 @@ class Communicator:
             return
         started = self._state == "started"
         self._state = "closed"
+        if started:    # a drain in progress ends before the caller can free the pool
+            self._tracer.close()
         self._row["heartbeat"] = -1      # gone on purpose: not a failure for the peers
         self._row["abort"] = 1
         with self._lock:

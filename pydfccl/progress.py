@@ -18,6 +18,7 @@ rows: a peer whose heartbeat stops is reported as a failed rank (``watchdog.sile
 
 from __future__ import annotations
 
+import atexit
 import threading
 import time
 
@@ -54,6 +55,7 @@ class Poller:
         self._thread: threading.Thread | None = None
         self._tracer_thread: threading.Thread | None = None
         self.sleeping = False
+        self._stopping = False
 
     def add(self, comm) -> None:
         with self._cond:
@@ -74,6 +76,18 @@ class Poller:
                 self._comms.remove(comm)
             self._cond.notify_all()
 
+    def shutdown(self) -> None:
+        """At interpreter exit, before the CUDA driver's own exit handler: stop both threads.
+        A communicator left open keeps them busy, and a device copy or a read of mapped
+        host memory made while the driver tears the context down kills the process (a
+        trace drain's copy did, on the H200 at the end of a demo: SIGSEGV, 2026-12-01)."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        for thread in (self._thread, self._tracer_thread):
+            if thread is not None and thread is not threading.current_thread():
+                thread.join(timeout=1.0)
+
     def wake(self) -> None:
         """New work was submitted: end the poller's sleep (cheap when it is not asleep)."""
         if self.sleeping:
@@ -84,7 +98,7 @@ class Poller:
         platform.bind_thread()
         platform.precise_sleeps()
         quiet = 0
-        while True:
+        while not self._stopping:
             with self._cond:
                 now = time.monotonic_ns()
                 for c in self._comms:
@@ -115,10 +129,10 @@ class Poller:
         communicator that submitted work since its last drain or still has work out."""
         platform.bind_thread()
         seen: dict = {}
-        while True:
+        while not self._stopping:
             time.sleep(TRACE_DRAIN_SECONDS)
             with self._cond:
-                comms = list(self._comms)
+                comms = [] if self._stopping else list(self._comms)
             for c in comms:
                 if c._submitted != seen.get(id(c)) or c._needs_polling():
                     seen[id(c)] = c._submitted
@@ -127,3 +141,7 @@ class Poller:
 
 
 poller = Poller()
+# atexit runs its handlers last registered first; numba-cuda's, which run the finalizers
+# that free device and mapped host memory (weakref.finalize's), are registered when it is
+# imported, before this module is: so this one runs before them.
+atexit.register(poller.shutdown)

@@ -69,9 +69,17 @@ class TraceReader:
             i += n
         return np.concatenate(pieces) if pieces else np.empty(0, L.TRACE_EVENT)
 
+    def close(self) -> None:
+        """No device reads from now on (the pool may be freed next): waits for a drain in
+        progress. The records kept so far stay readable."""
+        with self._lock:
+            self.pool = None
+
     def drain(self) -> None:
         """Copy the new records of every block (the poller calls this)."""
         with self._lock:
+            if self.pool is None:
+                return
             heads = self._heads()
             for b in range(self.nblocks):
                 head = int(heads[b])

@@ -26,7 +26,8 @@ from .mpi import current_group, run_in_group
 from .reference import buffer_elems, reference
 from .policy_options import add_policy_options, chosen_policy
 from .sched.policies import get_policy
-from .trace import host_mark, plot_timeline, to_chrome
+from .trace import (MARK_RESULT, MARK_RUN, MARK_SUBMITTING, host_mark, on_daemon_clock,
+                    plot_timeline, to_chrome)
 from .watchdog import format_status
 
 __all__ = ["DemoOptions", "chaos_orders", "run_demo", "main"]
@@ -99,15 +100,15 @@ def chaos_worker(comm, opts: DemoOptions) -> dict:
         if opts.align:
             comm.barrier()      # every rank starts submitting at once: no arrival skew
         futures, submitted = [], time.perf_counter()
-        mark("host: submitting", None, it)
+        mark(MARK_SUBMITTING, None, it)
         for k in orders[comm.rank]:
             futures.append(comm.run(k, sends[k], recvs[k]))
-            mark("host: run() returned", k, it)
+            mark(MARK_RUN, k, it)
             if opts.sync == "device":
                 comm.synchronize_device()
         for k, f in zip(orders[comm.rank], futures):
             _wait(comm, f, opts)
-            mark("host: result", k, it)
+            mark(MARK_RESULT, k, it)
         in_collectives.append(time.perf_counter() - submitted)
         for k in range(K):
             inputs = [_input(r, k, it, sizes[k][0], opts.dtype) for r in range(n)]
@@ -127,7 +128,12 @@ def chaos_worker(comm, opts: DemoOptions) -> dict:
     elapsed = time.perf_counter() - started
     return dict(comm.stats(), verified=verified, seconds=elapsed,
                 collective_seconds=in_collectives,     # one time per iteration
-                trace=comm.trace() + marks if opts.trace else None)
+                trace=_timeline(comm.trace(), marks) if opts.trace else None)
+
+
+def _timeline(events: list, marks: list) -> list:
+    """A rank's daemon events and its host marks, the marks on the daemon's clock."""
+    return events + on_daemon_clock(marks, events)
 
 
 def _wait(comm, future, opts: DemoOptions) -> None:

@@ -32,8 +32,8 @@ if SIMULATOR:
 else:
     from numba.cuda.cudadrv.devicearray import DeviceNDArray as NUMBA_DEVICE_ARRAY
 
-__all__ = ["SIMULATOR", "WAIT_SPIN_SECONDS", "event_clock_ns", "EVENT_CLOCK_SLACK_NS",
-           "gpu_available", "DeviceBuffer", "HostBuffer", "PeerBuffer", "ipc_handle", "use_device",
+__all__ = ["SIMULATOR", "WAIT_SPIN_SECONDS", "event_clock_ns", "gpu_available",
+           "DeviceBuffer", "HostBuffer", "PeerBuffer", "ipc_handle", "use_device",
            "bind_thread", "mps_active", "device_attribute", "device_memory_used",
            "multiprocessors", "driver_result", "address_of", "empty", "new_stream", "destroy_stream", "launch", "launch_ahead",
            "wait_stream", "synchronize_device", "deferred_frees", "to_numpy", "copy_in",
@@ -48,13 +48,10 @@ __all__ = ["SIMULATOR", "WAIT_SPIN_SECONDS", "event_clock_ns", "EVENT_CLOCK_SLAC
 WAIT_SPIN_SECONDS = 0.0 if SIMULATOR else 1e-3
 
 # Now, on the clock of the daemons' event logs, read on the host: the simulator's device
-# clock is perf_counter_ns; a GPU's %globaltimer follows the host's real-time clock (about
-# 330 us apart on the H200, 2026-11-30 15:32), close enough to lay host marks of
-# milliseconds beside the daemons' events.
+# clock is perf_counter_ns; a GPU's %globaltimer follows the host's real-time clock, but
+# apart by up to milliseconds (330 us on the H200, 2026-11-30 15:32), which
+# ``trace.on_daemon_clock`` measures and takes off.
 event_clock_ns = time.perf_counter_ns if SIMULATOR else time.time_ns
-# How far apart the two clocks may be (a bound with room over the 330 us seen): with one
-# block logging a small run, its events lay up to this far outside the host's marks of it.
-EVENT_CLOCK_SLACK_NS = 0 if SIMULATOR else 1_000_000
 
 
 def gpu_available() -> bool:

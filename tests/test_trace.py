@@ -9,7 +9,6 @@ import numpy as np
 
 import pydfccl
 import workers
-from pydfccl import platform
 from pydfccl.kernels.plans import one_shot
 from pydfccl.kernels.ring import channel_count
 from pydfccl.trace import to_chrome
@@ -104,15 +103,15 @@ def test_demo_writes_a_timeline_and_a_picture(tmp_path):
 
 
 def test_demo_lays_the_hosts_marks_beside_the_daemons_events():
-    """With a trace, each rank's host marks its submissions and results on the daemons'
-    clock (platform.event_clock_ns): a rank's daemon absorbs a run after the host began
-    submitting and completes it before the host has its result."""
+    """With a trace, each rank's host marks its submissions and results, moved onto its
+    daemon's clock (``on_daemon_clock``; a GPU's is apart from the host's): one offset puts
+    every run's absorbing after the host began submitting and its completion before the
+    host has its result."""
     from pydfccl.demo import DemoOptions, run_demo
     from pydfccl.trace import HOST_TRACK
 
     opts = DemoOptions(nranks=2, colls=3, iters=2, count=20, progress=False, trace=True)
     per_rank = run_demo(opts)
-    slack = platform.EVENT_CLOCK_SLACK_NS     # a GPU's clock is not the host's
     for rank, out in enumerate(per_rank):
         events = sorted(out["trace"], key=lambda e: e["t_ns"])
         host = [e for e in events if e["block"] == HOST_TRACK]
@@ -125,7 +124,7 @@ def test_demo_lays_the_hosts_marks_beside_the_daemons_events():
             for k in range(3):
                 result = next(e["t_ns"] for e in host if e["event"] == "host: result"
                               and e["loop"] == it and e["coll"] == k)
-                within = range(began - slack, result + slack + 1)
+                within = range(began, result + 1)
                 absorbed = [e["t_ns"] for e in events
                             if e["event"] == "absorbed" and e["coll"] == k
                             and e["t_ns"] in within]
@@ -138,6 +137,37 @@ def test_demo_lays_the_hosts_marks_beside_the_daemons_events():
         {(0, "host"), (1, "host")}
     assert any(e["name"] == "host: result collective 2" and e["tid"] == HOST_TRACK
                for e in chrome)
+
+
+def test_host_marks_move_onto_the_daemons_clock_by_the_runs_bounds():
+    from pydfccl.trace import MARK_RESULT, MARK_RUN, MARK_SUBMITTING, on_daemon_clock
+
+    us, ahead = 1000, 5_000_000          # the daemon's clock reads 5 ms more than the host's
+
+    def mark(t, what, coll=None):
+        return dict(t_ns=t * us, rank=0, block=-1, event=what, coll=coll, loop=0, step=0)
+
+    def event(t, what, coll, block=0):
+        return dict(t_ns=t * us + ahead, rank=0, block=block, event=what, coll=coll, loop=0,
+                    step=0)
+
+    marks = [mark(0, MARK_SUBMITTING), mark(10, MARK_RUN, 0), mark(20, MARK_RUN, 1),
+             mark(100, MARK_RESULT, 0), mark(120, MARK_RESULT, 1)]
+    events = [event(8, "absorbed", 0), event(15, "absorbed", 1), event(90, "completed", 0),
+              event(110, "completed", 1), event(-900, "absorbed", 0, block=1)]
+    def moves(events):
+        return [m["t_ns"] - m0["t_ns"] for m, m0 in zip(on_daemon_clock(marks, events), marks)]
+
+    # bounds: the offset is at most 5 ms + 5 us (run 1 absorbed 5 us after run 0's mark)
+    # and at least 5 ms - 10 us (each completed 10 us before its result): the middle
+    assert moves(events) == [ahead - 2500] * 5
+    assert [m["event"] for m in on_daemon_clock(marks, events)] == [m["event"] for m in marks]
+    # collective 0 with its absorbing lost is left out: its completion 1 us before its
+    # result would have raised the lower bound to 5 ms - 1 us
+    lost = [event(15, "absorbed", 1), event(99, "completed", 0), event(110, "completed", 1)]
+    assert moves(lost) == [ahead - 2500] * 5
+    assert moves(lost + [event(8, "absorbed", 0)]) == [ahead + 2000] * 5
+    assert moves([]) == [0] * 5
 
 
 class _Pool:

@@ -126,14 +126,14 @@ def chaos_worker(comm, opts: DemoOptions) -> dict:
     if bar:
         bar.close()
     elapsed = time.perf_counter() - started
-    return dict(comm.stats(), verified=verified, seconds=elapsed,
-                collective_seconds=in_collectives,     # one time per iteration
-                trace=_timeline(comm.trace(), marks) if opts.trace else None)
-
-
-def _timeline(events: list, marks: list) -> list:
-    """A rank's daemon events and its host marks, the marks on the daemon's clock."""
-    return events + on_daemon_clock(marks, events)
+    out = dict(comm.stats(), verified=verified, seconds=elapsed,
+               collective_seconds=in_collectives, trace=None)   # a time per iteration
+    if opts.trace:      # the host marks on the daemon's clock, and how far they moved
+        events = comm.trace()
+        moved = on_daemon_clock(marks, events)
+        out.update(trace=events + moved, clock_offset_ns=(
+            min(m["t_ns"] for m in moved) - min(m["t_ns"] for m in marks) if marks else 0))
+    return out
 
 
 def _wait(comm, future, opts: DemoOptions) -> None:
@@ -298,7 +298,9 @@ def main(argv: list[str]) -> int:
     if args.trace:
         with open(args.trace, "w") as f:
             json.dump(to_chrome(events, names), f)
-        print(f"timeline of {len(events)} events written to {args.trace}")
+        offsets = ", ".join(f"{r['clock_offset_ns'] / 1e3:+.1f}" for r in per_rank)
+        print(f"timeline of {len(events)} events written to {args.trace} (each rank's host "
+              f"marks moved onto its daemon's clock by {offsets} us)")
     if args.plot:
         plot_timeline(events, args.plot, title=f"chaos demo, {opts.nranks} ranks, {opts.policy}",
                       names=names)

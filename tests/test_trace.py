@@ -90,12 +90,13 @@ def test_blocks_beyond_a_collectives_channels_leave_its_runs_alone():
     assert not any(e["block"] > 0 and e["coll"] == 0 for out in per_rank for e in out["trace"])
 
 
-def test_demo_writes_a_timeline_and_a_picture(tmp_path):
+def test_demo_writes_a_timeline_and_a_picture(tmp_path, capsys):
     from pydfccl.demo import main
 
     trace, picture = tmp_path / "t.json", tmp_path / "t.png"
     assert main(["-n", "2", "-k", "3", "-i", "1", "-c", "20", "--no-progress",
                  "--trace", str(trace), "--plot", str(picture)]) == 0
+    assert "host marks moved onto its daemon's clock by" in capsys.readouterr().out
     chrome = json.loads(trace.read_text())
     assert {e["pid"] for e in chrome["traceEvents"]} == {0, 1}
     assert any(e["ph"] == "X" and e["name"] == "all_reduce 2" for e in chrome["traceEvents"])

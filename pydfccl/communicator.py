@@ -33,7 +33,7 @@ from . import platform
 from .buffers import BufferChecker, dropped_by_user
 from .codes import (OUT_OF_PLACE_ONLY, POINT_TO_POINT, dtype_code, kind_code,
                     normalize_dtype, op_code)
-from .hostspin import SPINS_PER_CALL, wait_for_stamp
+from .hostspin import SPINS_PER_CALL, wait_for_stamp, warm_up
 from .kernels.plans import ONE_SHOT, table_kind
 from .kernels.ring import channel_count
 from .progress import poller
@@ -299,6 +299,8 @@ class Communicator:
                                    self._by_index)
         self._stream = platform.new_stream()
         self._daemon = _daemon_for(self.policy, cfg.nthreads)
+        if platform.WAIT_SPIN_SECONDS > 0:    # waiters spin in compiled loops: load them now
+            warm_up()
         self._state = "started"
         logger.info("rank %d/%d started: %d collectives, policy %s, %s", self.rank, self.nranks,
                     len(self._specs), self.policy.name,

@@ -167,3 +167,21 @@ def test_wait_wake_counts_its_waiters():
     thread.join(5)
     assert counts == [0]        # counted while it waited, uncounted once woken
     assert time.perf_counter() - t0 < 2.5    # by the notify, not its 5 s timeout
+
+
+def test_warm_up_loads_the_loops_the_waiters_call():
+    """``Communicator.start`` loads both compiled loops (hostspin.warm_up) so that the first
+    ``result()`` does not: their callers' arguments then find a loaded overload, and no
+    call compiles or loads another."""
+    from pydfccl import hostspin
+
+    hostspin.warm_up()
+    loaded = (len(hostspin.wait_for_stamp.overloads), len(hostspin.wait_for_any_stamp.overloads))
+    assert loaded[0] >= 1 and loaded[1] >= 1
+    word = np.ones(1, np.int64)
+    # as _help_until_done and the poller pass them: Python ints, int64 arrays
+    assert hostspin.wait_for_stamp(int(word.ctypes.data), 1, hostspin.SPINS_PER_CALL)
+    assert hostspin.wait_for_any_stamp(np.array([word.ctypes.data], np.int64),
+                                       np.array([1], np.int64), hostspin.SPINS_PER_CALL) == 0
+    assert (len(hostspin.wait_for_stamp.overloads),
+            len(hostspin.wait_for_any_stamp.overloads)) == loaded

@@ -19,13 +19,15 @@ def buffer_info(array):
     """(address, element count, dtype, contiguous) of a device array (numpy in the simulator)."""
     if platform.SIMULATOR:
         if not isinstance(array, np.ndarray):
-            raise TypeError(f"expected a numpy array under the simulator, got {type(array).__name__}")
+            raise TypeError("expected a numpy array under the simulator, got "
+                            f"{type(array).__name__}")
         return (int(array.ctypes.data), int(array.size), array.dtype,
                 bool(array.flags.c_contiguous))
     iface = getattr(array, "__cuda_array_interface__", None)
     if iface is None:
         raise TypeError(f"expected a CUDA device array (with __cuda_array_interface__), got "
-                        f"{type(array).__name__}; use comm.empty() or a Numba/CuPy/PyTorch CUDA array")
+                        f"{type(array).__name__}; use comm.empty() or a Numba/CuPy/PyTorch "
+                        "CUDA array")
     shape = tuple(iface["shape"])
     dtype = np.dtype(iface["typestr"])
     count = int(np.prod(shape)) if shape else 1

@@ -35,7 +35,8 @@ else:
 __all__ = ["SIMULATOR", "WAIT_SPIN_SECONDS", "event_clock_ns", "gpu_available",
            "DeviceBuffer", "HostBuffer", "PeerBuffer", "ipc_handle", "use_device",
            "bind_thread", "mps_active", "device_attribute", "device_memory_used",
-           "multiprocessors", "driver_result", "address_of", "empty", "new_stream", "destroy_stream", "launch", "launch_ahead",
+           "multiprocessors", "driver_result", "address_of", "empty", "new_stream",
+           "destroy_stream", "launch", "launch_ahead",
            "wait_stream", "synchronize_device", "deferred_frees", "to_numpy", "copy_in",
            "precise_sleeps", "NUMBA_DEVICE_ARRAY", "clear_layout_cache"]
 
@@ -66,7 +67,8 @@ def gpu_available() -> bool:
 def address_of(array) -> int:
     """The address the daemon uses for ``array`` (device pointer, or host pointer in the
     simulator)."""
-    if SIMULATOR or isinstance(array, np.ndarray) and not hasattr(array, "__cuda_array_interface__"):
+    if SIMULATOR or (isinstance(array, np.ndarray)
+                     and not hasattr(array, "__cuda_array_interface__")):
         return int(array.ctypes.data)
     return int(array.__cuda_array_interface__["data"][0])
 

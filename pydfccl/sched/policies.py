@@ -220,8 +220,8 @@ register(Policy("dfccl", _dfccl_threshold_on_load, _dfccl_threshold_after_wait,
                 dict(_STICKY, HEAD_BASE=0), dict(_STICKY_SIM), dict(_STICKY_MODEL)))
 register(Policy("fixed", _fixed_threshold_on_load, _keep_threshold, _once_per_pass,
                 _priority_then_agreed, _quit_after_idle,
-                dict(THRESHOLD=50_000, UNUSED1=0, UNUSED2=0, QUIT_AFTER=5_000_000, PRIORITY_SHIFT=40,
-                     ORDER_BY_ID=1),
+                dict(THRESHOLD=50_000, UNUSED1=0, UNUSED2=0, QUIT_AFTER=5_000_000,
+                     PRIORITY_SHIFT=40, ORDER_BY_ID=1),
                 dict(THRESHOLD=5_000_000, QUIT_AFTER=50_000_000),
                 dict(THRESHOLD=50, QUIT_AFTER=2_000)))
 register(Policy("nccl", _never_threshold, _keep_threshold, _once_per_pass, _submission_order,

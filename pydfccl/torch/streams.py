@@ -49,9 +49,9 @@ class DriverStreamOps:
 
     def write(self, stream: int, addr: int, value: int) -> None:
         d = self._d
+        flags = d.CUstreamWriteValue_flags.CU_STREAM_WRITE_VALUE_DEFAULT
         self._check(d.cuStreamWriteValue64(d.CUstream(stream), d.CUdeviceptr(addr), value,
-                                           d.CUstreamWriteValue_flags.CU_STREAM_WRITE_VALUE_DEFAULT),
-                    "cuStreamWriteValue64")
+                                           flags), "cuStreamWriteValue64")
 
     def wait(self, stream: int, addr: int, value: int) -> None:
         d = self._d

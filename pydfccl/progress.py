@@ -77,10 +77,10 @@ class Poller:
             self._cond.notify_all()
 
     def shutdown(self) -> None:
-        """At interpreter exit, before the CUDA driver's own exit handler: stop both threads.
-        A communicator left open keeps them busy, and a device copy or a read of mapped
-        host memory made while the driver tears the context down kills the process (a
-        trace drain's copy did, on the H200 at the end of a demo: SIGSEGV, 2026-12-01)."""
+        """At interpreter exit, before numba-cuda's exit handlers: stop both threads. A
+        communicator left open keeps them busy, and a device copy or a read of mapped host
+        memory made while those handlers free it kills the process (a trace drain's copy
+        did, on the H200 at the end of a demo: SIGSEGV, 2026-12-01)."""
         with self._cond:
             self._stopping = True
             self._cond.notify_all()

@@ -156,6 +156,7 @@ def test_host_marks_move_onto_the_daemons_clock_by_the_runs_bounds():
              mark(100, MARK_RESULT, 0), mark(120, MARK_RESULT, 1)]
     events = [event(8, "absorbed", 0), event(15, "absorbed", 1), event(90, "completed", 0),
               event(110, "completed", 1), event(-900, "absorbed", 0, block=1)]
+
     def moves(events):
         return [m["t_ns"] - m0["t_ns"] for m, m0 in zip(on_daemon_clock(marks, events), marks)]
 

@@ -463,8 +463,8 @@ def make_daemon(policy, nthreads: int = MAX_THREADS):
                  slot_bytes, f, coll, send, recv, prio)
         if f != st[S_FRONTIER]:
             st[S_FRONTIER] = f
-            _progress(st, pool)   # new work is activity: a block with no share of it must
-            #                       stay to complete it, not quit
+            _progress(st, pool)   # new work is activity: the rank's blocks stay while it
+            #                       runs, those without a share too (a launch ends whole)
             store_volatile(pool + P_SQ_FRONTIER + block * 8, f)
 
     @cuda.jit(device=True)

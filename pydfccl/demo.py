@@ -26,8 +26,8 @@ from .mpi import current_group, run_in_group
 from .reference import buffer_elems, reference
 from .policy_options import add_policy_options, chosen_policy
 from .sched.policies import get_policy
-from .trace import (MARK_RESULT, MARK_RUN, MARK_SUBMITTING, host_mark, on_daemon_clock,
-                    plot_timeline, to_chrome)
+from .trace import (MARK_RESULT, MARK_RUN, MARK_SUBMITTING, clock_offset_ns, host_mark,
+                    on_daemon_clock, plot_timeline, to_chrome)
 from .watchdog import format_status
 
 __all__ = ["DemoOptions", "chaos_orders", "run_demo", "main"]
@@ -130,9 +130,8 @@ def chaos_worker(comm, opts: DemoOptions) -> dict:
                collective_seconds=in_collectives, trace=None)   # a time per iteration
     if opts.trace:      # the host marks on the daemon's clock, and how far they moved
         events = comm.trace()
-        moved = on_daemon_clock(marks, events)
-        out.update(trace=events + moved, clock_offset_ns=(
-            min(m["t_ns"] for m in moved) - min(m["t_ns"] for m in marks) if marks else 0))
+        offset = clock_offset_ns(marks, events)
+        out.update(trace=events + on_daemon_clock(marks, offset), clock_offset_ns=offset)
     return out
 
 
@@ -250,10 +249,8 @@ def main(argv: list[str]) -> int:
         print(f"error: --param {exc}", file=sys.stderr)
         return 2
     opts = DemoOptions(nranks=args.nranks, colls=args.colls, iters=args.iters, count=args.count,
-                       dtype=args.dtype, policy=args.policy,
-                       params=tuple(params.items()), sync=args.sync,
-                       seed=args.seed,
-                       in_order=args.in_order, align=args.align,
+                       dtype=args.dtype, policy=args.policy, params=tuple(params.items()),
+                       sync=args.sync, seed=args.seed, in_order=args.in_order, align=args.align,
                        progress=not args.no_progress,
                        status_every=args.status_every, kinds=_kinds(args.kinds),
                        trace=bool(args.trace or args.plot))

@@ -51,7 +51,7 @@ WAIT_SPIN_SECONDS = 0.0 if SIMULATOR else 1e-3
 # Now, on the clock of the daemons' event logs, read on the host: the simulator's device
 # clock is perf_counter_ns; a GPU's %globaltimer follows the host's real-time clock, but
 # apart by up to milliseconds (330 us on the H200, 2026-11-30 15:32), which
-# ``trace.on_daemon_clock`` measures and takes off.
+# ``trace.clock_offset_ns`` measures and ``trace.on_daemon_clock`` takes off.
 event_clock_ns = time.perf_counter_ns if SIMULATOR else time.time_ns
 
 

@@ -13,7 +13,7 @@ from . import layout as L
 from . import platform
 
 __all__ = ["TraceReader", "TRACE_KEEP", "HOST_TRACK", "MARK_SUBMITTING", "MARK_RUN",
-           "MARK_RESULT", "host_mark", "on_daemon_clock", "primitive_name", "to_chrome",
+           "MARK_RESULT", "host_mark", "clock_offset_ns", "on_daemon_clock", "primitive_name", "to_chrome",
            "plot_timeline"]
 
 HOST_TRACK = -1    # the block number of a rank's host marks: their own track, "host"
@@ -126,7 +126,7 @@ class TraceReader:
         return event
 
 
-# The host marks that bound a run's time on the daemon's clock (``on_daemon_clock``):
+# The host marks that bound a run's time on the daemon's clock (``clock_offset_ns``):
 # the host begins submitting an iteration (``loop``), has submitted a run of ``coll``,
 # has its result.
 MARK_SUBMITTING, MARK_RUN, MARK_RESULT = "host: submitting", "host: run() returned", \
@@ -135,23 +135,23 @@ MARK_SUBMITTING, MARK_RUN, MARK_RESULT = "host: submitting", "host: run() return
 
 def host_mark(rank: int, what: str, coll=None, loop: int = 0) -> dict:
     """An event of the rank's host, now, in the form of the daemons' (``events()``), on
-    the host's reading of their clock (``platform.event_clock_ns``; ``on_daemon_clock``
+    the host's reading of their clock (``platform.event_clock_ns``; ``clock_offset_ns``
     then corrects it), so that a timeline shows where the host's time went beside the
     GPU's: ``what`` names it ("host: ..."), ``coll`` the collective."""
     return dict(t_ns=platform.event_clock_ns(), rank=rank, block=HOST_TRACK, event=what,
                 coll=coll, loop=loop, step=0)
 
 
-def on_daemon_clock(marks: list[dict], events: list[dict]) -> list[dict]:
-    """One rank's host ``marks`` moved onto its daemon's clock. A GPU's %globaltimer is not
-    the host's clock (330 us apart on the H200 on 2026-11-30; this function found 292 to
-    397 us on 2026-12-01), so the offset is read off the runs: block 0 (every
-    collective's first channel) absorbs a collective's nth run after the host mark before
-    that run's MARK_RUN (the host submitted the run after making it), and completes the
-    run before the host has its result. Each run bounds the offset from both sides, and
-    the marks move by the middle of the tightest bounds. A collective whose runs and
-    events do not pair up one to one (a log that lost events) is left out; with no pairs
-    the marks stay as they are."""
+def clock_offset_ns(marks: list[dict], events: list[dict]) -> int:
+    """How far one rank's daemon clock reads ahead of its host's, as its host ``marks`` and
+    daemon ``events`` show. A GPU's %globaltimer is not the host's clock (330 us apart on
+    the H200 on 2026-11-30; 292 to 660 us by this function on 2026-12-01), so the offset
+    is read off the runs: block 0 (every collective's first channel) absorbs a
+    collective's nth run after the host mark before that run's MARK_RUN (the host
+    submitted the run after making it), and completes the run before the host has its
+    result. Each run bounds the offset from both sides; this is the middle of the tightest
+    bounds. A collective whose runs and events do not pair up one to one (a log that lost
+    events) is left out; with no pairs, 0."""
     marks = sorted(marks, key=lambda m: m["t_ns"])
     block0 = sorted((e for e in events if e["block"] == 0), key=lambda e: e["t_ns"])
     above, below = [], []        # offset <= each of above, offset >= each of below
@@ -165,10 +165,12 @@ def on_daemon_clock(marks: list[dict], events: list[dict]) -> list[dict]:
         if len(before) == len(results) == len(absorbed) == len(completed):
             above += [a - b for a, b in zip(absorbed, before)]
             below += [c - r for c, r in zip(completed, results)]
-    if not above:
-        return marks
-    offset = (min(above) + max(below)) // 2
-    return [dict(m, t_ns=m["t_ns"] + offset) for m in marks]
+    return (min(above) + max(below)) // 2 if above else 0
+
+
+def on_daemon_clock(marks: list[dict], offset_ns: int) -> list[dict]:
+    """One rank's host ``marks`` moved onto its daemon's clock (``clock_offset_ns``)."""
+    return [dict(m, t_ns=m["t_ns"] + offset_ns) for m in marks]
 
 
 def to_chrome(events: list[dict], names: dict | None = None) -> dict:

@@ -105,7 +105,7 @@ def test_demo_writes_a_timeline_and_a_picture(tmp_path, capsys):
 
 def test_demo_lays_the_hosts_marks_beside_the_daemons_events():
     """With a trace, each rank's host marks its submissions and results, moved onto its
-    daemon's clock (``on_daemon_clock``; a GPU's is apart from the host's): one offset puts
+    daemon's clock (``clock_offset_ns``; a GPU's is apart from the host's): one offset puts
     every run's absorbing after the host began submitting and its completion before the
     host has its result."""
     from pydfccl.demo import DemoOptions, run_demo
@@ -141,7 +141,8 @@ def test_demo_lays_the_hosts_marks_beside_the_daemons_events():
 
 
 def test_host_marks_move_onto_the_daemons_clock_by_the_runs_bounds():
-    from pydfccl.trace import MARK_RESULT, MARK_RUN, MARK_SUBMITTING, on_daemon_clock
+    from pydfccl.trace import (MARK_RESULT, MARK_RUN, MARK_SUBMITTING, clock_offset_ns,
+                               on_daemon_clock)
 
     us, ahead = 1000, 5_000_000          # the daemon's clock reads 5 ms more than the host's
 
@@ -157,19 +158,18 @@ def test_host_marks_move_onto_the_daemons_clock_by_the_runs_bounds():
     events = [event(8, "absorbed", 0), event(15, "absorbed", 1), event(90, "completed", 0),
               event(110, "completed", 1), event(-900, "absorbed", 0, block=1)]
 
-    def moves(events):
-        return [m["t_ns"] - m0["t_ns"] for m, m0 in zip(on_daemon_clock(marks, events), marks)]
-
     # bounds: the offset is at most 5 ms + 5 us (run 1 absorbed 5 us after run 0's mark)
     # and at least 5 ms - 10 us (each completed 10 us before its result): the middle
-    assert moves(events) == [ahead - 2500] * 5
-    assert [m["event"] for m in on_daemon_clock(marks, events)] == [m["event"] for m in marks]
+    assert clock_offset_ns(marks, events) == ahead - 2500
+    moved = on_daemon_clock(marks, ahead - 2500)
+    assert [m["t_ns"] - m0["t_ns"] for m, m0 in zip(moved, marks)] == [ahead - 2500] * 5
+    assert [m["event"] for m in moved] == [m["event"] for m in marks]
     # collective 0 with its absorbing lost is left out: its completion 1 us before its
     # result would have raised the lower bound to 5 ms - 1 us
     lost = [event(15, "absorbed", 1), event(99, "completed", 0), event(110, "completed", 1)]
-    assert moves(lost) == [ahead - 2500] * 5
-    assert moves(lost + [event(8, "absorbed", 0)]) == [ahead + 2000] * 5
-    assert moves([]) == [0] * 5
+    assert clock_offset_ns(marks, lost) == ahead - 2500
+    assert clock_offset_ns(marks, lost + [event(8, "absorbed", 0)]) == ahead + 2000
+    assert clock_offset_ns(marks, []) == 0
 
 
 class _Pool:

@@ -362,7 +362,7 @@ def make_daemon(policy, nthreads: int = MAX_THREADS):
 
     @cuda.jit(device=True)
     def _may_quit(st, params, ctl, pool, block, nblocks):
-        """Another block of this launch has quit (a collective needs every block, so a
+        """Another block of this launch has quit (a collective may need any block, so a
         launch that lost one must end whole to be relaunched, hold or not: at once), or the
         policy says the rank has been idle long enough and the host does not hold the
         daemon.

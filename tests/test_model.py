@@ -6,8 +6,8 @@ import time
 import pytest
 
 from pydfccl.sched import policies
-from pydfccl.sched.model import (COMPLETED, DEADLOCK, LIVELOCK, SYNC, Collective, Schedule,
-                                 find_wait_cycle, ring_steps, run_schedule, submit)
+from pydfccl.sched.model import (COMPLETED, DEADLOCK, LIVELOCK, SYNC, WAIT_ALL, Collective,
+                                 Schedule, find_wait_cycle, ring_steps, run_schedule, submit)
 
 PREEMPTIVE = ["dfccl", "fixed", "patient_head"]
 ALL = PREEMPTIVE + ["nccl", "launch_per_call"]
@@ -247,3 +247,26 @@ def test_find_wait_cycle():
     assert find_wait_cycle({5: [1], 1: [2, 3], 3: [5], 2: []}) == [1, 3, 5]
     assert find_wait_cycle({4: 4}) == [4]
     assert find_wait_cycle({}) is None
+
+
+def test_a_long_head_budget_is_slow_progress_not_livelock():
+    """A daemon asks should_quit only between passes, and a head budget of 500 ticks tried
+    NUM_TRY (5) times spins 7,500 ticks a pass: the livelock horizon counts such passes
+    (the property tests drew these two on CI, 2026-12-01: each was called a livelock at
+    20,004 ticks, where the first completes and the second deadlocks on its wait_all
+    cycle)."""
+    def programs(*orders):
+        return [[SYNC if c == "sync" else WAIT_ALL if c == "wait" else submit(c)
+                 for c in order] for order in orders]
+
+    colls = {c: Collective(1, 0) for c in range(3)}
+    synced = Schedule(3, colls, programs([0, 1, 2], [0, 1, 2], [1, 2, "sync", 0]))
+    waited = Schedule(3, colls, programs([0, 1, 2], [0, 1, "wait", 2], [1, 2, "wait", 0]))
+    policy = policies.get_policy("dfccl").with_params(BASE=1, FACTOR=1, NUM_TRY=5,
+                                                      HEAD_BASE=500, QUIT_AFTER=2)
+    opts = dict(nslots=2, slot_elems=1, relaunch_ticks=1)
+    done = run_schedule(synced, policy, **opts)
+    assert done.outcome == COMPLETED and done.exact and done.ticks > 20_004, done.summary()
+    stuck = run_schedule(waited, policy, **opts)
+    assert stuck.outcome == DEADLOCK, stuck.summary()
+    assert set(stuck.blocked.values()) == {"wait_all"}

@@ -437,8 +437,12 @@ class _Model:
             else:
                 self.colls[cid] = _RingColl(cid, k.count, n, nslots, slot_elems, own)
             self.expected[cid] = [sum(col) for col in zip(*own)]
-        self.max_quiet = max_quiet_ticks if max_quiet_ticks is not None \
-            else _default_quiet_ticks(self.should_quit, self.p, n, self.quits_ever)
+        if max_quiet_ticks is None:
+            longest = _longest_pass(self.threshold_on_load, self.tries_per_pass, self.p,
+                                    len(schedule.collectives)) if self.quits_ever else 0
+            max_quiet_ticks = _default_quiet_ticks(self.should_quit, self.p, n,
+                                                   self.quits_ever, longest)
+        self.max_quiet = max_quiet_ticks
         self.t = 0
         self.changed = False
         self.last_progress = 0
@@ -719,19 +723,31 @@ def _quits_ever(should_quit, params):
     return any(should_quit(params, k) for k in probes)
 
 
-def _default_quiet_ticks(should_quit, params, nranks, quits_ever):
+def _longest_pass(threshold_on_load, tries_per_pass, params, ncolls):
+    """Ticks a daemon can spin through one pass over ``ncolls`` tasks without progress: it
+    asks ``should_quit`` only between passes, and a long head budget (dfccl's HEAD_BASE)
+    makes a pass outlast QUIT_AFTER many times over (HEAD_BASE 500 and NUM_TRY 5 spin 7,500
+    ticks on the head alone)."""
+    def spins(is_head):
+        longest = max(threshold_on_load(params, is_head, t) for t in range(1, 65))
+        return max(1, tries_per_pass(params, is_head)) * longest
+    return spins(1) + (ncolls - 1) * spins(0)
+
+
+def _default_quiet_ticks(should_quit, params, nranks, quits_ever, longest_pass):
     """Ticks without progress after which a schedule counts as livelocked.
 
     A daemon without progress quits after Q spins (the first power of two where
-    ``should_quit`` says yes); other daemons may quit and relaunch meanwhile, so allow
-    64 * nranks * Q. A policy that never quits gets a million ticks.
+    ``should_quit`` says yes) once its pass is over (``longest_pass`` at most); other
+    daemons may quit and relaunch meanwhile, so allow 64 * nranks * max(Q, longest_pass).
+    A policy that never quits gets a million ticks.
     """
     if not quits_ever:
         return 1_000_000
     k = 1
     while not should_quit(params, k) and k < 1 << 62:
         k *= 2
-    return 64 * nranks * k + 10_000
+    return 64 * nranks * max(k, longest_pass) + 10_000
 
 
 def run_schedule(schedule: Schedule, policy: Union[str, Policy] = "dfccl", params=None, *,

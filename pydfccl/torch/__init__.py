@@ -2,24 +2,22 @@
 process-group backend, and a DDP communication hook. Needs torch (``pip install
 pydfccl[torch]``); ``import pydfccl`` alone never imports torch.
 
-On CUDA tensors a collective is ordered with torch's current stream without blocking the
-host (``streams.py``); on CPU tensors (the CUDA simulator, no GPU) calls are plain
-synchronous ones with the same API. See docs/torch.md.
+On CUDA tensors a collective starts once torch's current stream has made its inputs,
+without blocking the host, and ``wait()`` waits on the host (``streams.py``); on CPU
+tensors (the CUDA simulator, no GPU) calls are plain synchronous ones with the same API.
+See docs/torch.md.
 """
 
 import os as _os
 
 # CUDA loads a kernel's code at its first launch (lazy loading, the default since CUDA
-# 12.2), and such a load may wait for the whole device. In a torch process the device
-# holds a daemon and, on torch's stream, a wait for a collective that only the daemon can
-# finish: the first launch of a torch kernel (a layer_norm) then stalled both ranks, the
-# daemon's relaunch and the poller's copies behind it (``gpu_check.sh train2_diag``,
-# 2026-11-29, docs/gpu.md). With every kernel loaded when the context is made, the
-# example trained with 2 and 4 rank processes (``gpu_torch.sh``, 18:33 the same day); it
-# must be set before torch or Numba initializes CUDA.
+# 12.2), and such a load may wait for the whole device, a running daemon included (until it
+# quits). With every kernel loaded when the context is made, torch's first launches do not
+# wait for collectives; it must be set before torch or Numba initializes CUDA.
 _os.environ.setdefault("CUDA_MODULE_LOADING", "EAGER")
 
-from .backend import BACKEND_NAME, C10dStoreGroup, ProcessGroupDfccl, register, status_report
+from .backend import (BACKEND_NAME, C10dStoreGroup, ProcessGroupDfccl, register, stats,
+                      status_report)
 from .ddp import allreduce_hook
 from .functional import (all_gather_into_tensor, all_reduce, all_to_all_single, broadcast,
                          get_group, irecv, isend, recv, reduce, reduce_scatter_tensor, send,
@@ -31,7 +29,7 @@ __all__ = [
     "TorchGroup", "Work", "ProcessGroupDfccl", "C10dStoreGroup", "BACKEND_NAME", "register",
     "allreduce_hook", "set_default_group", "get_group", "all_reduce", "all_gather_into_tensor",
     "reduce_scatter_tensor", "broadcast", "reduce", "send", "recv", "isend", "irecv",
-    "all_to_all_single", "status_report",
+    "all_to_all_single", "status_report", "stats",
 ]
 
 

@@ -85,7 +85,8 @@ class TorchGroup:
     def run(self, kind: str, send: torch.Tensor, recv: torch.Tensor | None, *, count: int,
             op: str = "sum", root: int = 0, peer: int | None = None, async_op: bool = False):
         """Run one collective; ``recv`` None means in place. Returns a Work if
-        ``async_op``, else None once the result is ordered (CUDA) or there (CPU)."""
+        ``async_op``, else None once the result is there (waited for on the host, on
+        CUDA too: see ``streams.py``)."""
         if self._failure is not None:
             raise PydfcclError(f"pydfccl.torch: an earlier collective of this group failed "
                                f"({self._failure}); the group cannot be used any more")
@@ -99,13 +100,12 @@ class TorchGroup:
         out = send if recv is None else recv
         send_buf = as_buffer(send)
         recv_buf = None if recv is None else as_buffer(recv)
-        if send.is_cuda:
+        if send.is_cuda:     # the run starts once the current stream has made its inputs
             gate = _stream_gate()
             with torch.cuda.device(send.device):
                 ticket = gate.gate(torch.cuda.current_stream(send.device).cuda_stream,
-                                   lambda: self.comm.run(cid, send_buf, recv_buf),
-                                   holder=self.comm)
-            work = Work(ticket.future, [out], ticket=ticket, device=send.device)
+                                   lambda: self.comm.run(cid, send_buf, recv_buf))
+            work = Work(ticket.future, [out])
         else:
             work = Work(self.comm.run(cid, send_buf, recv_buf), [out])
         # The tensors must outlive the run (the daemon only has their addresses, and on

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import torch
 import torch.distributed as dist
 
@@ -9,29 +11,21 @@ __all__ = ["Work"]
 
 
 class Work(dist.Work):
-    """``wait()``: on CUDA, makes the caller's current stream wait for the collective
-    (the host goes on at once); on CPU (simulator), returns when it has completed.
-    ``get_future()``: a ``torch.futures.Future`` of the output tensors, completed on the
-    host when the collective completes. Errors (mismatch across ranks, deadlock, abort)
-    raise from either."""
+    """``wait()`` returns once the collective has completed, on CPU and CUDA tensors alike:
+    the host waits, and kernels queued after it see the result. No stream ever waits for a
+    collective on the GPU (``streams.py`` says why). ``get_future()``: a
+    ``torch.futures.Future`` of the output tensors, completed on the host when the
+    collective completes. Errors (mismatch across ranks, deadlock, abort) raise from
+    either."""
 
-    def __init__(self, future, outputs: list, ticket=None, device=None):
+    def __init__(self, future, outputs: list):
         super().__init__()
         self._future = future          # concurrent.futures.Future of the run
         self._outputs = outputs
-        self._ticket = ticket          # CUDA: the stream gate's ticket
-        self._device = device
         self._torch_future = None
 
-    def wait(self, timeout=None) -> bool:
-        if self._ticket is not None:
-            if self._future.done() and self._future.exception() is not None:
-                raise self._future.exception()
-            stream = torch.cuda.current_stream(self._device).cuda_stream
-            with torch.cuda.device(self._device):
-                self._ticket.wait_on(stream)
-            return True
-        seconds = timeout.total_seconds() if hasattr(timeout, "total_seconds") else timeout
+    def wait(self, timeout: timedelta | float | None = None) -> bool:
+        seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
         self._future.result(timeout=seconds or None)
         return True
 

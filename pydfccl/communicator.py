@@ -33,6 +33,7 @@ from . import platform
 from .buffers import BufferChecker, dropped_by_user
 from .codes import (OUT_OF_PLACE_ONLY, POINT_TO_POINT, dtype_code, kind_code,
                     normalize_dtype, op_code)
+from .host.launcher import Launcher, LauncherError
 from .hostspin import SPINS_PER_CALL, wait_for_stamp, warm_up
 from .kernels.plans import ONE_SHOT, table_kind
 from .kernels.ring import channel_count
@@ -119,8 +120,7 @@ class Communicator:
         self._unconfirmed: dict[int, float] = {}   # late index -> when it was registered
         self._state = "preparing"
         self._lock = threading.Lock()
-        self._wake = threading.Condition(self._lock)
-        self._wake_waiters = 0      # threads in _wait_wake: run() notifies only when some wait
+        self._launcher: Launcher | None = None      # from start() on
         # by collective index: its runs in the SQ, not yet completed, oldest first (at most
         # RUNS_IN_FLIGHT), and the runs held on the host behind them
         self._inflight = collections.defaultdict(collections.deque)
@@ -129,24 +129,11 @@ class Communicator:
         self._completed = 0
         self._dropped_buffers = 0
         self._cq_head = 0
-        self._launches = 0
-        self._launch_running = False
-        self._launch_queued = False  # the running launch is on the stream (not just claimed)
-        self._holds = 0            # hold_daemon() calls not yet released
-        self._frees_held = None    # Numba's frees, held while the daemon is (see hold_daemon)
-        self._exits_at_launch = 0  # the blocks' exit count when the running launch began
-        # start_daemon's launch from the caller's thread: "queuing" until it is on the
-        # stream, then "queued" until the launch loop adopts it as its running launch or
-        # has seen it end (None: none)
-        self._ahead = None
-        # the host's last launch decisions, (ns, what, view): status() shows them
-        self._launch_log: collections.deque = collections.deque(maxlen=24)
         self._error: Exception | None = None
         self._drain_lock = threading.Lock()
         self._helpers = 0          # threads waiting in Future.result() right now
         self._helped_at = 0.0      # when the last of them stopped (perf_counter)
         self._beat_at = 0
-        self._threads: list[threading.Thread] = []
         ctl = world.ctl
         self._sq = {name: ctl["sq"][name][rank] for name in L.SQ_ENTRY.names}
         self._cq_stamp = ctl["cq"]["stamp"][rank]
@@ -161,7 +148,6 @@ class Communicator:
         self._abort_word = ctl["abort"][rank: rank + 1]
         self._submitted_word = ctl["host_submitted"][rank: rank + 1]
         self._completed_word = ctl["host_completed"][rank: rank + 1]
-        self._hold_word = ctl["hold"][rank: rank + 1]
         timeout = watchdog_timeout if watchdog_timeout is not None else (
             60.0 if platform.SIMULATOR else 20.0)
         self._watchdog = Watchdog(world, rank, timeout, self._describe_coll)
@@ -310,15 +296,16 @@ class Communicator:
             np.int64(self.world.peers.addr), np.int64(self.rank), np.int64(self.nranks),
             np.int64(cfg.nslots), np.int64(cfg.slot_bytes), np.int64(cfg.conn_stride),
             np.int64(L.NO_LIMIT))
-        self._configured = platform.configure_launch(self._daemon, cfg.nblocks, cfg.nthreads,
-                                                     self._stream)
+        configured = platform.configure_launch(self._daemon, cfg.nblocks, cfg.nthreads,
+                                               self._stream)
+        self._launcher = Launcher(self.rank, self._lock, self._undone, self._world_activity,
+                                  self._wants_daemon, self._stream,
+                                  (configured, self._launch_args), self.policy.quits,
+                                  self._fail_everywhere)
         poller.add(self)
         self._beat(time.monotonic_ns(), force=True)   # peers now watch this rank's heartbeat
         if self.persistent:
-            thread = threading.Thread(target=self._launch_loop,
-                                      name=f"pydfccl-r{self.rank}-launcher", daemon=True)
-            thread.start()
-            self._threads.append(thread)
+            self._launcher.start()
 
     # -- running ---------------------------------------------------------------------------
 
@@ -361,32 +348,17 @@ class Communicator:
                 waiting.append((future, send_addr, recv_addr, prio, (send, recv)))
             else:
                 self._submit(index, future, send_addr, recv_addr, prio, (send, recv))
-            if self._wake_waiters:
-                self._wake.notify_all()
+            self._launcher.notify()
         poller.wake()
         if not self.persistent:
             self._launch_once()
         return future
 
     def _launch_once(self) -> None:
-        """The launch-per-collective baseline's kernel for a run. Like NCCL's, it spins until
-        every peer's kernel has arrived, and a device free waits for every kernel, so
-        Numba's frees are held while this rank has runs outstanding (``_drain_cq_locked``
-        lets them go): on the H200 a free from the garbage collector, inside a rank thread's
-        next launch, deadlocked the baseline (2026-11-30 00:33). PyTorch's caching allocator
-        keeps NCCL's users from freeing in the same way.
-
-        The launch takes the runs submitted so far (its ``limit``), no more: its blocks each
-        read the SQ when they look, and blocks of one launch that took different runs
-        deadlocked the ring, a block's share of a later run left to the next launch, which
-        waits on the stream behind the blocks still running (H200, 2026-11-30 00:45)."""
+        """The launch-per-collective baseline: a kernel for the runs submitted so far."""
         with self._lock:
-            if self._frees_held is None:
-                self._frees_held = platform.deferred_frees()
-                self._frees_held.__enter__()
             limit = self._submitted
-        platform.launch(self._configured, self._launch_args[:-1] + (np.int64(limit),))
-        self._launches += 1
+        self._launcher.launch_once(limit)
 
     def _submit(self, index, future, send_addr, recv_addr, prio, buffers) -> None:
         """Write one SQ entry (caller holds the lock); the seq word goes last. ``buffers``
@@ -409,106 +381,9 @@ class Communicator:
         while waiting and len(self._inflight[index]) < L.RUNS_IN_FLIGHT:
             self._submit(index, *waiting.popleft())
             count += 1
-        if count:
-            self._wake.notify_all()
+        if count and self._launcher is not None:
+            self._launcher.notify()
         return count
-
-    def hold_daemon(self) -> None:
-        """Keep this rank's daemon from quitting voluntarily until ``release_daemon``; calls
-        nest. For a stream that waits on one of this rank's collectives (``pydfccl.torch``):
-        while it waits, no device sync can finish before that collective anyway, so a quit
-        gains nothing, and the relaunch that would follow can itself wait behind the
-        application: on the H200 under MPS a ``cuLaunchKernel`` of the launch thread waited
-        while the main thread sat in a synchronous copy from the waiting stream (DDP's
-        construction, 2026-11-29). Makes no device call that can wait: safe under the
-        caller's locks.
-
-        While held, Numba's device frees are held too, process-wide: a ``cuMemFree`` waits
-        for every kernel, the held daemon among them, and the garbage collector may make
-        one on the poller, which must complete the run that ends the hold."""
-        with self._lock:
-            self._holds += 1
-            self._hold_word[0] = self._holds
-            self._note(f"hold {self._holds}")
-            if self._frees_held is None:
-                self._frees_held = platform.deferred_frees()
-                self._frees_held.__enter__()
-            self._wake.notify_all()
-
-    def start_daemon(self) -> None:
-        """Launch the daemon now, from the calling thread (after ``hold_daemon``), unless a
-        launch of it is on its stream with every block staying (``_staying``): before the
-        caller can block in a CUDA call that a launch from the launch thread would wait
-        behind (a launch the loop has decided on but not yet made, too). A launch with a
-        block that has quit or is quitting ends whole soon, so another is queued behind it
-        on its stream. (Under the simulator the launch thread does it: a launch runs on
-        its caller.)"""
-        with self._lock:     # its acquire is an atomic instruction: a full fence after
-            #                  hold_daemon's store of the hold word, before the reads of the
-            #                  blocks' quitting marks (see the daemon's _may_quit)
-            view = self._launch_view()
-            start = (self._state == "started" and view["ahead"] is None
-                     and not self._staying(view))
-            self._note("start_daemon: launch" if start else "start_daemon: none", view)
-            if start:
-                self._ahead = "queuing"   # the loop waits for it rather than launching
-        if start:
-            launched = False
-            try:
-                launched = platform.launch_ahead(self._configured, self._launch_args)
-            finally:
-                with self._lock:
-                    self._launches += int(launched)
-                    self._ahead = "queued" if launched else None
-                    self._note(f"launched ahead: {launched}")
-                    self._wake.notify_all()
-
-    def _note(self, what: str, view: dict | None = None) -> None:
-        """Remember a launch decision, and the ``_launch_view`` it was made on (caller holds
-        the lock). Formatted only when ``status()`` is asked: this is on every torch wait."""
-        self._launch_log.append((time.monotonic_ns(), what, view))
-
-    def _exits(self) -> int:
-        """Launches of this rank's blocks that have ended, summed over the blocks."""
-        return int(self._blocks["exits"][:self.world.config.nblocks].sum())
-
-    def _launch_on_stream(self) -> bool:
-        """A daemon launch of this rank is on its stream (caller holds the lock)."""
-        return self._launch_queued or self._ahead == "queued"
-
-    @staticmethod
-    def _staying(view: dict) -> bool:
-        """In ``view`` (``_launch_view``): the loop's launch is on the stream and none of
-        its blocks has exited or marked itself quitting."""
-        return (view["running"] and view["queued"] and view["exits"] == view["exits_at_launch"]
-                and not any(view["quitting"]))
-
-    def _launch_view(self) -> dict:
-        """The host's view of its daemon launches (caller holds the lock): what
-        ``start_daemon`` decides on, and what ``status()`` shows. The loop's launch is
-        ``running`` from its decision and ``queued`` once on the stream."""
-        return dict(launches=self._launches, running=self._launch_running,
-                    queued=self._launch_queued, ahead=self._ahead, holds=self._holds,
-                    exits=self._exits(), exits_at_launch=self._exits_at_launch,
-                    quitting=self._row["quitting"][0][:self.world.config.nblocks].tolist())
-
-    def release_daemon(self) -> None:
-        """Undo one ``hold_daemon``: the daemon may quit again when its policy says so."""
-        with self._lock:
-            if self._holds > 0:
-                self._holds -= 1
-                self._hold_word[0] = self._holds
-                self._note(f"release {self._holds}")
-                self._wake.notify_all()
-            if self._holds == 0:
-                self._let_frees_go()
-
-    def _let_frees_go(self) -> None:
-        """End the hold on Numba's frees that ``hold_daemon`` or ``_launch_once`` took
-        (caller holds the lock)."""
-        if self._frees_held is not None:
-            self._frees_held.__exit__(None, None, None)
-            self._frees_held = None
 
     def synchronize_device(self) -> None:
         """A device-wide synchronize, the call that deadlocks NCCL-style libraries.
@@ -518,22 +393,17 @@ class Communicator:
         launch in progress (if any) has ended, which is the same condition for this rank.
         """
         self._require("started", "synchronize_device")
+        stop = lambda: (self._error is not None or self._state != "started"  # noqa: E731
+                        or bool(self._row["abort"][0]))
         self._row["host_blocked"] = 1
         try:
-            with self._lock:   # as with NCCL, the sync comes after the submitted work's launch:
-                # on the stream (queued), not only decided on, or the sync could pass before it
-                # (our reading of a test that saw no relaunch at all, H200, 2026-11-29 22:44)
-                while (self._undone() and not self._launch_on_stream()
-                       and self._error is None and self._state == "started"
-                       and not self._row["abort"][0]):
-                    self._wait_wake(0.01)
-                generation = self._launches
+            with self._lock:   # as with NCCL, the sync comes after the submitted work's launch
+                generation = self._launcher.wait_on_stream(stop)
             if not platform.SIMULATOR:
                 platform.synchronize_device()
             else:
                 with self._lock:
-                    while self._launch_running and self._launches == generation:
-                        self._wait_wake(0.01)
+                    self._launcher.wait_for_launch_end(generation, stop)
         finally:
             self._row["host_blocked"] = 0
         if self._row["abort"][0] and self._state == "started":
@@ -558,11 +428,8 @@ class Communicator:
                                                  for i, runs in self._inflight.items() if runs)
             out[self.rank]["queued"] = {self._by_index[i]: len(q)
                                         for i, q in self._pending.items() if q}
-            out[self.rank]["daemon"] = self._launch_view()
-            now = time.monotonic_ns()
-            out[self.rank]["launch_log"] = [
-                f"{(t - now) / 1e6:+.3f} ms {what}" + (f" ({view})" if view else "")
-                for t, what, view in self._launch_log]
+            out[self.rank]["daemon"] = self._launcher.view()
+            out[self.rank]["launch_log"] = self._launcher.log()
         return out
 
     def trace(self) -> list[dict]:
@@ -592,13 +459,14 @@ class Communicator:
 
     def stats(self) -> dict:
         blocks = self._blocks[: self.world.config.nblocks]
+        launches = self._launcher.launches if self._launcher is not None else 0
         return dict(
             rank=self.rank,
             submitted=self._submitted,
             completed=self._completed,
             preemptions=int(blocks["preemptions"].sum()),
-            launches=self._launches,
-            relaunches=max(0, self._launches - 1),
+            launches=launches,
+            relaunches=max(0, launches - 1),
             quits=int(blocks["exits"].min()) if len(blocks) else 0,
             steps=int(blocks["progress"].sum()),
             dropped_buffers=self._dropped_buffers,
@@ -617,16 +485,10 @@ class Communicator:
             self._tracer.close()
         self._row["heartbeat"] = -1      # gone on purpose: not a failure for the peers
         self._row["abort"] = 1
-        with self._lock:
-            self._holds = 0              # the daemon aborts; holds end with it
-            self._hold_word[0] = 0
-            self._let_frees_go()
-            self._wake.notify_all()
         if started:
             poller.remove(self)
-            for thread in self._threads:
-                thread.join(timeout=30)
-            if not any(t.is_alive() for t in self._threads):
+            self._launcher.stop()
+            if not self._launcher.thread_alive:
                 platform.destroy_stream(self._stream)
         self._fail_all(AbortedError(f"rank {self.rank}: communicator closed"))
 
@@ -645,10 +507,9 @@ class Communicator:
         """Outstanding runs whose CQ stamp is not posted yet: what a daemon is still needed
         for (caller holds the lock). A run the daemon finished waits for no daemon while the
         host has yet to drain it (a busy thread, a poller waiting for the GIL); counted as
-        outstanding, such runs are our reading of an H200 timeline in which idle ranks'
-        daemons were relaunched every 10 to 17 ms for 1.4 s (2026-12-01 00:43). The head
-        may run ahead of ``_completed`` while a drain is in progress: that run is then
-        counted undone, which only allows a launch."""
+        outstanding, they kept idle ranks' daemons relaunching every 10 to 17 ms on an
+        H200. The CQ head and ``_completed`` move together under the lock, so the count is
+        exact: the launcher's rule (``host.launcher``) relies on it."""
         undone, head = self._outstanding(), self._cq_head
         for _ in range(min(undone, L.CQ_CAP)):
             if self._cq_stamp[head % L.CQ_CAP] != head + 1:
@@ -661,71 +522,9 @@ class Communicator:
         ctl = self.world.ctl
         return int(ctl["host_submitted"].sum()) + int(ctl["blocks"]["progress"].sum())
 
-    def _launch_loop(self) -> None:
-        platform.bind_thread()
-        pause, activity = 0.0, None
-        try:
-            while True:
-                paused_at = time.perf_counter()
-                with self._lock:
-                    while self._state == "started" and not self._row["abort"][0]:
-                        if self._ahead == "queued" or (
-                                (self._undone() or self._holds) and self._ahead is None
-                                and (pause == 0 or self._world_activity() != activity
-                                     or time.perf_counter() - paused_at >= pause)):
-                            break
-                        self._wait_wake(min(pause, 2e-4) if pause else 0.05)
-                    if self._state != "started" or self._row["abort"][0]:
-                        return
-                    # start_daemon queued a launch (and the loop waited while it was being
-                    # queued): wait for that one instead of queueing another behind it
-                    adopt = self._ahead == "queued"
-                    if adopt:       # the launch ahead is the loop's running launch now:
-                        self._ahead = None   # start_daemon may queue another behind it
-                    else:
-                        self._launches += 1
-                    self._launch_running = True
-                    self._launch_queued = adopt or not platform.LAUNCHES_ARE_QUEUED
-                    if not adopt:     # the stream is idle: marks of ended launches go
-                        self._row["quitting"][0] = 0
-                    self._note(f"loop: {'adopt' if adopt else 'launch'} (outstanding "
-                               f"{self._outstanding()}, holds {self._holds})")
-                    self._exits_at_launch = self._exits()
-                    self._wake.notify_all()
-                before = self._world_activity()
-                with platform.deferred_frees() if not self.policy.quits else nullcontext():
-                    if not adopt:
-                        platform.launch(self._configured, self._launch_args)
-                        with self._lock:
-                            self._launch_queued = True
-                            self._note("loop: launch queued")
-                    platform.wait_stream(self._stream)
-                with self._lock:
-                    self._launch_running = self._launch_queued = False
-                    self._note(f"loop: stream idle, exits {self._exits()}")
-                    if self._ahead == "queued":   # the stream is idle: it has ended
-                        self._ahead = None
-                    self._wake.notify_all()
-                # A daemon that quit while stuck is relaunched when something changed on any
-                # rank (a submission, a step), else after a growing pause: device syncs that
-                # wait for every daemon to exit complete in that gap.
-                activity = self._world_activity()
-                pause = min(max(2 * pause, 2e-4), 0.01) if activity == before else 0.0
-                logger.debug("rank %d: daemon quit (launch %d, %d outstanding, %s)", self.rank,
-                             self._launches, self._outstanding(),
-                             f"stuck, pause {pause * 1e3:.1f} ms" if pause else "progressed")
-        except Exception as exc:  # a launch failure must fail the futures, not vanish
-            self._set_error(PydfcclError(f"rank {self.rank}: daemon launch failed: {exc!r}"))
-
-    def _wait_wake(self, timeout: float) -> None:
-        """Wait on ``_wake`` (caller holds the lock), counted: ``run()`` notifies only when a
-        thread waits, which saves every run a notify (a lock round trip) while the daemon is
-        up and nobody waits."""
-        self._wake_waiters += 1
-        try:
-            self._wake.wait(timeout)
-        finally:
-            self._wake_waiters -= 1
+    def _wants_daemon(self) -> bool:
+        """Whether this rank still runs collectives (the launcher's to ask)."""
+        return self._state == "started" and not self._row["abort"][0]
 
     def _abort_error(self) -> Exception:
         report = self.world.get_report() or f"rank {self.rank}: aborted"
@@ -768,6 +567,10 @@ class Communicator:
                 return False
             if self._watchdog.check():
                 self._set_error(self._abort_error())   # a deadlock, or a peer that died
+            elif self.persistent and self._outstanding():
+                self._launcher.check()      # raises LauncherError if a launch was lost
+        except LauncherError as exc:        # its peers would wait for it: abort them too
+            self._fail_everywhere(exc)
         except Exception as exc:
             self._set_error(PydfcclError(f"rank {self.rank}: completion poller failed: {exc!r}"))
         return False
@@ -854,14 +657,14 @@ class Communicator:
             if self._cq_stamp[slot] != self._cq_head + 1:
                 break
             index = int(self._cq_coll[slot])
-            self._cq_head += 1
-            with self._lock:
+            with self._lock:    # the head and the count move together: _undone reads both
+                self._cq_head += 1
                 future, buffers = self._inflight[index].popleft()
                 self._completed += 1
                 self._completed_word[0] = self._completed
                 resubmitted = self._submit_waiting(index) > 0
-                if not self.persistent and not self._outstanding() and not self._holds:
-                    self._let_frees_go()     # no kernel of this rank waits for a peer
+                if not self.persistent and not self._outstanding():
+                    self._launcher.all_done()   # no kernel of this rank waits for a peer
             if resubmitted and not self.persistent:
                 self._launch_once()
             done.append((index, future, buffers))
@@ -907,7 +710,8 @@ class Communicator:
             futures += [item[0] for queue in self._pending.values() for item in queue]
             self._inflight.clear()
             self._pending.clear()
-            self._wake.notify_all()
+            if self._launcher is not None:
+                self._launcher.notify()
         for future in futures:
             if not future.done():
                 future.set_exception(error)

@@ -89,11 +89,7 @@ CTL_ROW = np.dtype([
     ("host_completed", I8),
     ("heartbeat", I8),     # the host's CLOCK_MONOTONIC in ns, refreshed by the poller;
     #                        -1 once the communicator closed, 0 before it started
-    ("hold", I8),          # > 0: the daemon must not quit voluntarily (a stream of the
-    #                        host waits on one of its collectives; Communicator.hold_daemon)
-    ("pad", I8, 2),
-    ("quitting", I8, MAX_BLOCKS),  # 1: this block of the running launch has decided to
-    #                        quit (set before it reads the hold word; cleared at launch)
+    ("pad", I8, 3),
     ("blocks", BLOCK_STATUS, MAX_BLOCKS),
     ("sq", SQ_ENTRY, SQ_CAP),
     ("cq", CQ_ENTRY, CQ_CAP),
@@ -226,8 +222,6 @@ def word(dtype: np.dtype, *path: str) -> int:
 
 # Byte offsets the kernel uses (module-level ints, frozen into the compiled daemon).
 CTL_ABORT = word(CTL_ROW, "abort")
-CTL_HOLD = word(CTL_ROW, "hold")
-CTL_QUITTING = word(CTL_ROW, "quitting")
 CTL_BLOCKS = word(CTL_ROW, "blocks")
 CTL_SQ = word(CTL_ROW, "sq")
 CTL_CQ = word(CTL_ROW, "cq")

@@ -166,8 +166,8 @@ def test_status_shows_who_waits_for_whom():
     assert block["coll"] == 5 and (1, "data from") in block["waits"]
     assert seen[0]["in_flight"] == [5] and seen[0]["queued"] == {}
     daemon = seen[0]["daemon"]        # the host's view of its launches, and their log
-    assert daemon["launches"] >= 1 and daemon["holds"] == 0 and daemon["ahead"] is None
-    assert any("loop: launch" in entry for entry in seen[0]["launch_log"])
+    assert daemon["launches"] >= 1 and daemon["state"] in ("running", "paused", "launching")
+    assert any(": launch 1, " in entry for entry in seen[0]["launch_log"])
     for rank, out_rank in enumerate(out):   # each rank, once its own run completed
         mine = out_rank["after"][rank]
         assert mine["outstanding"] == 0 and all(b["coll"] is None for b in mine["blocks"])

@@ -110,6 +110,7 @@ def test_the_poller_leaves_a_cq_to_the_thread_draining_it():
         _unconfirmed: dict = {}
         _row = {"abort": [0]}
         _state = "started"
+        persistent = False
         _watchdog = type("Quiet", (), {"check": staticmethod(lambda: False)})()
 
         def __init__(self):
@@ -138,35 +139,6 @@ def test_a_done_callback_that_asks_for_the_result_gets_it_at_once(sleeps):
     assert comm.future.result() == "done"
     assert seen == ["done"] and comm.future.finished
     assert time.perf_counter() - t0 < 0.5 and sleeps == []
-
-
-def test_wait_wake_counts_its_waiters():
-    """``run()`` skips the notify of ``_wake`` unless ``_wait_wake`` counts a waiter, so
-    the count must be up for exactly as long as a thread waits."""
-    comm = type("Waker", (), {"_wait_wake": communicator.Communicator._wait_wake})()
-    comm._lock = threading.Lock()
-    comm._wake = threading.Condition(comm._lock)
-    comm._wake_waiters = 0
-    counts = []
-
-    def waiter():
-        with comm._lock:
-            comm._wait_wake(5.0)
-            counts.append(comm._wake_waiters)
-
-    thread = threading.Thread(target=waiter)
-    t0 = time.perf_counter()
-    thread.start()
-    deadline = time.perf_counter() + 5
-    while time.perf_counter() < deadline:
-        with comm._lock:
-            if comm._wake_waiters == 1:
-                comm._wake.notify_all()
-                break
-        time.sleep(1e-3)
-    thread.join(5)
-    assert counts == [0]        # counted while it waited, uncounted once woken
-    assert time.perf_counter() - t0 < 2.5    # by the notify, not its 5 s timeout
 
 
 def test_warm_up_loads_the_loops_the_waiters_call():

@@ -293,7 +293,7 @@ class _LaunchRecorder:
     def _launch(self, configured, args):
         entry = self._held.get(id(configured))
         if entry:
-            entry[1].append(entry[0]._frees_held is not None)
+            entry[1].append(entry[0]._launcher.frees_held)
         self._real(configured, args)
 
     def add(self, comm) -> list:
@@ -304,14 +304,14 @@ class _LaunchRecorder:
                 self._real = communicator.platform.launch
                 communicator.platform.launch = self._launch
             held = []
-            self._held[id(comm._configured)] = (comm, held)
+            self._held[id(comm._launcher._configured)] = (comm, held)
             return held
 
     def remove(self, comm) -> None:
         from pydfccl import communicator
 
         with self._lock:
-            del self._held[id(comm._configured)]
+            del self._held[id(comm._launcher._configured)]
             if not self._held:
                 communicator.platform.launch = self._real
 
@@ -333,7 +333,7 @@ def frees_held_while_launched(comm, runs: int):
             f.result(timeout=120)
     finally:
         _launch_recorder.remove(comm)
-    return dict(held=held, held_after=comm._frees_held is not None, stats=comm.stats())
+    return dict(held=held, held_after=comm._launcher.frees_held, stats=comm.stats())
 
 
 def baseline_launch_takes_runs_up_to_its_limit(comm, runs: int):
@@ -353,7 +353,7 @@ def baseline_launch_takes_runs_up_to_its_limit(comm, runs: int):
         submitted = comm.stats()["submitted"]
     finally:
         communicator.platform.launch = real_launch
-    real_launch(comm._configured, comm._launch_args[:-1] + (np.int64(1),))   # the first run
+    real_launch(comm._launcher._configured, comm._launch_args[:-1] + (np.int64(1),))   # the first run
     futures[0].result(timeout=120)
     time.sleep(0.5)                            # no kernel runs now: nothing else can finish
     done_after_first = [f.done() for f in futures]
@@ -600,49 +600,6 @@ def simulated_report(script: str) -> dict:
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def held_daemon(comm, seconds: float):
-    """A held daemon stays up past its quit time with no work; released, it quits."""
-    comm.prepare(0, "all_reduce", count=4, dtype="float32")
-    comm.start()
-    unheld = comm.stats()["launches"]          # no work: no launch
-    comm.hold_daemon()
-    comm.start_daemon()
-    time.sleep(seconds)
-    nblocks = comm.world.config.nblocks
-    held = dict(launches=comm.stats()["launches"], quits=comm.stats()["quits"],
-                running=comm._launch_running,
-                marks=comm._row["quitting"][0][:nblocks].tolist())   # none quitting
-    x = _fill(comm, np.full(4, comm.rank + 1, np.float32))
-    total = platform.to_numpy(comm.run(0, x).result(timeout=60)).tolist()
-    comm.release_daemon()
-    deadline = time.monotonic() + 30
-    while comm._launch_running and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return dict(unheld=unheld, held=held, total=total, running_after=comm._launch_running,
-                marks_after=comm._row["quitting"][0][:nblocks].tolist())
-
-
-def held_launch_losing_a_block(comm, seconds: float):
-    """A held launch in which a block has quit (counted in the pool's block_quits, bumped
-    here as if a sibling block had exited before the hold) ends whole and is relaunched."""
-    comm.prepare(0, "all_reduce", count=4, dtype="float32")
-    comm.start()
-    comm.hold_daemon()
-    comm.start_daemon()
-    deadline = time.monotonic() + 30
-    while not comm._launch_running and time.monotonic() < deadline:
-        time.sleep(0.01)
-    time.sleep(seconds)
-    before = comm.stats()["launches"]
-    pool = comm.world.pools[comm.rank]
-    quits = int(pool.read(L.P_BLOCK_QUITS, 8).view(np.int64)[0])
-    pool.write(L.P_BLOCK_QUITS, np.array([quits + 1], np.int64))
-    time.sleep(4 * seconds)
-    after = comm.stats()["launches"]
-    comm.release_daemon()
-    return dict(before=before, after=after)
 
 
 def undrained_completions(comm, seconds: float):

@@ -11,8 +11,7 @@ also appends every event (task absorbed, loaded, preempted, completed; block lau
 quit) to the block's event log in the pool, which the host drains for
 ``Communicator.trace()``. When the policy says the rank has gone too long without progress
 (no block of it moved a step or took new work: idle, or stuck) a block exits (voluntary
-quit), unless the host holds it (the control row's hold word: a stream of the host waits on
-a collective); once one block of a launch has exited the others follow at their next look,
+quit); once one block of a launch has exited the others follow at their next look,
 so the launch ends whole and soon, and the host relaunches it when work is outstanding.
 The rank's blocks share the SQ's polling: reads of host memory queue behind one another
 (about 1.2 us for each read ahead on the H200, layout.py), so a block's reads can delay
@@ -60,7 +59,6 @@ __all__ = ["make_daemon", "compile_now", "DAEMON_SIGNATURE"]
 
 MAX_COLLS, NO_LIMIT = L.MAX_COLLS, L.NO_LIMIT
 CTL_ABORT = L.CTL_ABORT
-CTL_HOLD, CTL_QUITTING = L.CTL_HOLD, L.CTL_QUITTING
 CTL_BLOCKS, BS_SIZE = L.CTL_BLOCKS, L.BS_SIZE
 BS_COLL, BS_STEP, BS_WAITS = (L.BS[k] for k in ("coll", "step", "waits"))
 BS_COMPLETED, BS_PREEMPTIONS, BS_EXITS, BS_PROGRESS = (
@@ -116,8 +114,8 @@ CMD_MOVE, CMD_EXIT = 1, 2
  S_SENT, S_RECVD, S_SEND, S_RECV, S_BEGIN, S_END, S_NLOOPS, S_SLOT_ELEMS, S_DTYPE, S_OP,
  S_ITEMSIZE, S_TRIES, S_COMPLETED, S_PREEMPTIONS, S_PROGRESS, S_FLAGS, S_ROOT, S_COUNT,
  S_ABORT_SEEN, S_LOCAL, S_TRACE_HEAD, S_CONN, S_TO_CONN, S_FROM_CONN, S_QUITS0,
- S_EXITS, S_HOLD_SEEN, S_CQ_HELD, S_CQ_SINCE) = range(38)
-S_WORDS = 38
+ S_EXITS, S_CQ_HELD, S_CQ_SINCE) = range(37)
+S_WORDS = 37
 # Completions a block holds back (S_CQ_HELD of them, their CQ numbers in shared memory from
 # SH_CQ_K on, the first since S_CQ_SINCE; a local array indexed at run time would leave
 # registers for local memory): published together behind one system fence before the
@@ -130,12 +128,10 @@ ADDR_WORDS = CONN_LANES + 1     # an F_ALL step's addresses: one per rank
 
 # Host memory is a PCIe round trip away, and reads of it queue (layout.py), so
 # the hot path and the idle loop avoid it: a block looks at the rank's abort flag (device
-# memory) every ABORT_CHECK_NS, reads a hold it saw again after HOLD_CHECK_NS times the
-# blocks of its rank, and writes its status row (what the watchdog reports) only when a wait
-# has lasted QUICK_WAIT_NS, at a preemption, a completion, a quit, and every PROGRESS_EVERY
-# steps. The SQ's turn (``_sq_turn``):
+# memory) every ABORT_CHECK_NS, and writes its status row (what the watchdog reports) only
+# when a wait has lasted QUICK_WAIT_NS, at a preemption, a completion, a quit, and every
+# PROGRESS_EVERY steps. The SQ's turn (``_sq_turn``):
 ABORT_CHECK_NS = 20_000
-HOLD_CHECK_NS = 50_000
 SQ_POLL_NS = 500          # from the end of a rank's SQ read to its next, at least
 SQ_POLL_BUSY_NS = 5_000   # how overdue a read must be for a block with tasks to make it
 SQ_POLL_HELD_NS = 1_000_000   # a turn taken lapses after this (a read takes microseconds)
@@ -361,38 +357,13 @@ def make_daemon(policy, nthreads: int = MAX_THREADS):
     should_quit = cuda.jit(device=True)(policy.should_quit)
 
     @cuda.jit(device=True)
-    def _may_quit(st, params, ctl, pool, block, nblocks):
+    def _may_quit(st, params, pool):
         """Another block of this launch has quit (a collective may need any block, so a
-        launch that lost one must end whole to be relaunched, hold or not: at once), or the
-        policy says the rank has been idle long enough and the host does not hold the
-        daemon.
-
-        The hold word is host memory, read only once the policy says yes. Seen unheld, the
-        block marks itself quitting and reads it again behind a system fence. The host
-        writes the hold before it reads the marks (``Communicator.start_daemon``), so
-        either this block sees the hold and stays, or the host sees the mark and launches
-        the next daemon itself: never both missed. (A held block stays without marking:
-        the host would take a passing mark for a quit. A block that saw the hold looks again
-        only after HOLD_CHECK_NS times its rank's blocks: the rank reads it about once in
-        HOLD_CHECK_NS.)"""
-        mark = ctl + CTL_QUITTING + block * 8
+        launch that lost one ends whole, at once, to be relaunched), or the policy says the
+        rank has gone long enough without progress (idle, or stuck)."""
         if load_volatile(pool + P_BLOCK_QUITS) != st[S_QUITS0]:
-            store_volatile(mark, 1)
             return True
-        if should_quit(params, _idle(st, pool)) == 0:
-            return False
-        t = now_ns()
-        if t - st[S_HOLD_SEEN] < HOLD_CHECK_NS * nblocks:
-            return False
-        if load_volatile(ctl + CTL_HOLD) != 0:
-            st[S_HOLD_SEEN] = t
-            return False
-        store_volatile(mark, 1)
-        fence_sys()
-        if load_volatile(ctl + CTL_HOLD) == 0:
-            return True
-        store_volatile(mark, 0)
-        return False
+        return should_quit(params, _idle(st, pool)) != 0
 
     @cuda.jit(device=True)
     def activate(act, akey, sh, params, tasks, coll, seq, send, recv, prio):
@@ -544,14 +515,14 @@ def make_daemon(policy, nthreads: int = MAX_THREADS):
                         # idle, and its siblings count on this block's share of every run
                         # up to the limit: it takes them all first, at its rank's SQ turn.
                         if ((limit == NO_LIMIT or st[S_FRONTIER] >= limit)
-                                and _may_quit(st, params, ctl, pool, block, nblocks)):
+                                and _may_quit(st, params, pool)):
                             sh[SH_CMD] = CMD_EXIT
                             return
                         backoff()
                         lap(prof, step_profile.PH_IDLE)
                         continue
                 if st[S_POS] >= sh[SH_NACT]:    # the pass is over
-                    if _may_quit(st, params, ctl, pool, block, nblocks):
+                    if _may_quit(st, params, pool):
                         sh[SH_CMD] = CMD_EXIT
                         return
                     st[S_POS] = 0
@@ -702,7 +673,6 @@ def make_daemon(policy, nthreads: int = MAX_THREADS):
         st[S_PROGRESS] = load_volatile(counts + BC_PROGRESS)
         st[S_EXITS] = load_volatile(counts + BC_EXITS)
         st[S_TRACE_HEAD] = load_volatile(pool + P_TRACE_HEAD + block * 8)
-        store_volatile(ctl + CTL_QUITTING + block * 8, 0)
         st[S_QUITS0] = load_volatile(pool + P_BLOCK_QUITS)   # blocks start together; none
         #                                                       quits within QUIT_AFTER
         _trace(st, pool, block, EV_LAUNCHED, -1, sm_id(), 0, 0)   # where the block runs

@@ -248,6 +248,12 @@ def rank_main(args) -> int:
                   f"{math.sqrt(sq_norm.item()):.4f}", flush=True)
     watchdog.enter("shutdown")
     dist.barrier()
+    if args.backend == "dfccl" and rank == 0:
+        groups = pydfccl.torch.stats()
+        print(f"pydfccl on rank 0: {len(groups)} groups, "
+              f"{sum(g['completed'] for g in groups)} collectives, "
+              f"{sum(g['preemptions'] for g in groups)} preemptions, "
+              f"{sum(g['relaunches'] for g in groups)} daemon relaunches", flush=True)
     dist.destroy_process_group()
     ok_ref = worst <= 1e-4
     ok_loss = losses[-1] < losses[0]

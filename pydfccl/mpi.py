@@ -108,9 +108,10 @@ def local_rank(group) -> int:
     return group.rank
 
 
-def choose_gpu(group, local: int | None = None) -> None:
+def choose_gpu(group, local: int | None = None) -> int:
     """Put this rank on a GPU of its host (by ``local``, default its local rank), and warn
-    when ranks share one without MPS."""
+    when ranks share one without MPS. Returns the most ranks any GPU of the job holds (the
+    same on every rank), which sizes the daemons so that all of them fit at once."""
     import socket
 
     from . import platform
@@ -124,17 +125,24 @@ def choose_gpu(group, local: int | None = None) -> None:
             "rank %d: ranks %s share GPU %d without the MPS daemon, so their daemon kernels "
             "take turns in time slices (one handshake took 4.8 ms instead of 36 us on an "
             "H200); start it with `nvidia-cuda-mps-control -d`", group.rank, sharing, device)
+    return max(placed.count(where) for where in placed)
 
 
 def communicator_from_group(group, *, policy="dfccl", watchdog_timeout=None,
-                            persistent: bool = True, **sizes):
-    """This process's Communicator in a world of ``group.size`` ranks."""
+                            persistent: bool = True, daemons_per_rank: int = 1, **sizes):
+    """This process's Communicator in a world of ``group.size`` ranks. Unless ``sizes``
+    gives ``nblocks``, a GPU daemon takes its share of the GPU's resident blocks among the
+    ranks on the busiest GPU of the job, each with ``daemons_per_rank`` communicators'
+    daemons (torch's process groups: several per rank)."""
     from . import platform
     from .communicator import Communicator
-    from .world import WorldConfig
+    from .world import MAX_THREADS, WorldConfig, gpu_nblocks
 
     if not platform.SIMULATOR:
-        choose_gpu(group)
+        on_gpu = choose_gpu(group)
+        if sizes.get("nblocks") is None:
+            sizes["nblocks"] = gpu_nblocks(on_gpu * daemons_per_rank,
+                                           sizes.get("nthreads") or MAX_THREADS)
     config = WorldConfig(group.size, **sizes)
     world = _shared_world(group, config)
     return Communicator(world, group.rank, policy=policy, exchange=group.allgather,

@@ -1,12 +1,15 @@
 """The command line's ``--policy NAME`` and ``--param NAME=VALUE``, shared by ``bench``,
-``bench latency`` and ``demo`` so that a policy experiment reads the same in each."""
+``bench latency`` and ``demo`` so that a policy experiment reads the same in each; and
+``PYDFCCL_POLICY`` / ``PYDFCCL_PARAMS``, the same choice for programs that make their
+communicators elsewhere (``torch.distributed``'s dfccl backend)."""
 from __future__ import annotations
 
 import argparse
+import os
 
 from .sched.policies import Policy, get_policy, policy_names
 
-__all__ = ["add_policy_options", "parse_params", "chosen_policy"]
+__all__ = ["add_policy_options", "parse_params", "chosen_policy", "policy_from_env"]
 
 
 def add_policy_options(p: argparse.ArgumentParser) -> None:
@@ -32,3 +35,16 @@ def chosen_policy(args: argparse.Namespace) -> tuple[Policy, dict]:
     ({name: int}); ValueError names a malformed item or a parameter the policy lacks."""
     params = parse_params(args.param)
     return get_policy(args.policy).with_params(**params), params
+
+
+def policy_from_env(default: str = "dfccl") -> Policy:
+    """The policy ``PYDFCCL_POLICY`` names (``default`` when unset) with the overrides of
+    ``PYDFCCL_PARAMS`` (``NAME=VALUE`` items separated by commas, as ``--param`` takes
+    them); ValueError names what is wrong."""
+    name = os.environ.get("PYDFCCL_POLICY", "").strip() or default
+    items = [i for i in os.environ.get("PYDFCCL_PARAMS", "").split(",") if i.strip()]
+    try:
+        return get_policy(name).with_params(**parse_params(items))
+    except ValueError as exc:
+        raise ValueError(f"PYDFCCL_POLICY={name!r} PYDFCCL_PARAMS="
+                         f"{os.environ.get('PYDFCCL_PARAMS', '')!r}: {exc}") from None

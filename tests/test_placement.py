@@ -38,8 +38,8 @@ def test_shared_gpu_without_mps_is_warned(monkeypatch, caplog, mps, devices, war
     monkeypatch.setattr(platform, "mps_active", lambda: mps)
     placed = [(__import__("socket").gethostname(), d) for d in devices]
     with caplog.at_level(logging.WARNING, logger="pydfccl"):
-        mpi.choose_gpu(_Group(0, placed), local=0)
-    assert chosen == [0]
+        busiest = mpi.choose_gpu(_Group(0, placed), local=0)
+    assert chosen == [0] and busiest == max(devices.count(d) for d in devices)
     messages = [r.getMessage() for r in caplog.records]
     assert any("share GPU 0 without the MPS daemon" in m for m in messages) == warned
 
@@ -52,3 +52,22 @@ def test_backend_from_the_environment(monkeypatch):
     monkeypatch.setenv("PYDFCCL_BACKEND", "gpu")
     with pytest.raises(ValueError, match="PYDFCCL_BACKEND='gpu'; choose from"):
         default_backend()
+
+
+@pytest.mark.parametrize("ranks_on_gpu, daemons_per_rank, nblocks", [
+    (1, 1, 32),     # one rank, one communicator: the most a daemon takes
+    (4, 1, 32),     # 132 multiprocessors of one 512-thread block, a quarter each: 33
+    (4, 4, 8),      # four torch groups on each of four ranks: 8, 128 blocks in all
+    (8, 4, 4),
+])
+def test_gpu_daemons_fit_on_their_gpu_together(monkeypatch, ranks_on_gpu, daemons_per_rank,
+                                               nblocks):
+    """Every daemon of every rank on a GPU can be resident at once: a daemon that could not
+    would wait for room behind daemons that wait for it (they quit, but slowly). A torch job
+    makes several groups a rank, each with its own daemon (backend.DAEMONS_PER_RANK)."""
+    from pydfccl import world
+
+    monkeypatch.setattr(world, "multiprocessors", lambda: 132)
+    got = world.gpu_nblocks(ranks_on_gpu * daemons_per_rank)
+    assert got == nblocks
+    assert got * ranks_on_gpu * daemons_per_rank <= world.resident_blocks(512, 132)

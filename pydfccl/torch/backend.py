@@ -18,9 +18,11 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from ..policy_options import policy_from_env
 from .group import TorchGroup, _simulated
 
-__all__ = ["C10dStoreGroup", "ProcessGroupDfccl", "register", "status_report", "BACKEND_NAME"]
+__all__ = ["C10dStoreGroup", "ProcessGroupDfccl", "register", "status_report", "stats",
+           "BACKEND_NAME"]
 
 BACKEND_NAME = "dfccl"
 _live = weakref.WeakSet()     # this process's dfccl process groups, for status_report()
@@ -54,15 +56,24 @@ class C10dStoreGroup:
         self.allgather(None)
 
 
+# A torch job makes several process groups (the default one, tensor- and data-parallel
+# ones, ...), each a communicator with a daemon of its own on the rank's GPU. Each daemon
+# takes a quarter of the rank's share of the GPU's resident blocks, so that the daemons of
+# four groups on every rank fit at once beside torch's own kernels.
+DAEMONS_PER_RANK = 4
+
+
 def comm_options() -> dict:
-    """WorldConfig sizes of a torch group's communicator: room for 64 signatures (and
-    transfer places; each costs a connector set), and under the simulator 4 KiB slots
-    (fewer simulated steps per collective). ``PYDFCCL_TORCH_MAX_COLLS``,
-    ``PYDFCCL_TORCH_SLOT_BYTES`` and ``PYDFCCL_TORCH_NBLOCKS`` (a rank's daemon blocks;
-    the machine's default otherwise) change them."""
+    """Options of a torch group's communicator: the policy of ``PYDFCCL_POLICY`` and
+    ``PYDFCCL_PARAMS`` (``dfccl`` by default), room for 64 signatures (and transfer
+    places; each costs a connector set), under the simulator 4 KiB slots (fewer simulated
+    steps per collective), and daemons sized for DAEMONS_PER_RANK groups a rank.
+    ``PYDFCCL_TORCH_MAX_COLLS``, ``PYDFCCL_TORCH_SLOT_BYTES`` and ``PYDFCCL_TORCH_NBLOCKS``
+    (a rank's daemon blocks) change them."""
     from .. import platform
 
-    options = dict(max_colls=int(os.environ.get("PYDFCCL_TORCH_MAX_COLLS", "64")))
+    options = dict(max_colls=int(os.environ.get("PYDFCCL_TORCH_MAX_COLLS", "64")),
+                   daemons_per_rank=DAEMONS_PER_RANK, policy=policy_from_env())
     slot = os.environ.get("PYDFCCL_TORCH_SLOT_BYTES", "4096" if platform.SIMULATOR else "")
     if slot:
         options["slot_bytes"] = int(slot)
@@ -187,6 +198,12 @@ def status_report() -> str:
         parts.append(f"dfccl group of {comm.nranks} ranks (this process is its rank "
                      f"{comm.rank}):\n" + format_status(comm.status()))
     return "\n".join(parts) or "no dfccl process group in this process"
+
+
+def stats() -> list[dict]:
+    """``Communicator.stats()`` of every dfccl process group of this process (its rank in
+    each): collectives completed, preemptions, relaunches of its daemon, ..."""
+    return [pg.comm.stats() for pg in sorted(_live, key=id)]
 
 
 def _create(store, rank, size, timeout):

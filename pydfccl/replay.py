@@ -2,7 +2,8 @@
 
 A schedule (``pydfccl.sched.model``; JSON via ``Schedule.to_json``) says, per rank, in which
 order the host submits each all-reduce and where it calls a device-wide synchronize
-(``sync``) or waits for everything it submitted so far (``wait_all``). :func:`replay` runs
+(``sync``), waits for everything it submitted so far (``wait_all``) or for one collective
+(``wait``). :func:`replay` runs
 exactly that on every rank with :func:`pydfccl.launch`, checks every result against numpy,
 and reports ``completed`` (with each rank's stats and completion order) or ``deadlock``
 (with the watchdog's report). ``python -m pydfccl demo --schedule FILE`` calls
@@ -89,6 +90,8 @@ def replay_worker(comm, schedule_dict: dict, dtype: str = "float32",
             futures[ev.coll] = comm.run(ev.coll, sends[ev.coll], recvs[ev.coll])
         elif ev.op == "sync":
             comm.synchronize_device()
+        elif ev.op == "wait":
+            futures[ev.coll].result(timeout=result_timeout)
         else:  # wait_all
             for f in list(futures.values()):
                 f.result(timeout=result_timeout)
@@ -140,6 +143,10 @@ def replay(schedule, policy="dfccl", backend: Optional[str] = None,
     bounds the whole launch (``TimeoutError``); ``config`` overrides WorldConfig sizes.
     """
     schedule = load_schedule(schedule)
+    if any(ev.op == "stream_wait" for program in schedule.ranks for ev in program):
+        raise ValueError("the schedule has a stream_wait, which the engine never does: "
+                         "pydfccl waits for collectives on the host, never on a CUDA stream "
+                         "(docs/design.md, 'Streams'); only the model runs it")
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
     try:

@@ -7,7 +7,8 @@ import pytest
 
 from pydfccl.sched import policies
 from pydfccl.sched.model import (COMPLETED, DEADLOCK, LIVELOCK, SYNC, WAIT_ALL, Collective,
-                                 Schedule, find_wait_cycle, ring_steps, run_schedule, submit)
+                                 Schedule, find_wait_cycle, ring_steps, run_schedule,
+                                 stream_wait, submit, wait)
 
 PREEMPTIVE = ["dfccl", "fixed", "patient_head"]
 ALL = PREEMPTIVE + ["nccl", "launch_per_call"]
@@ -270,3 +271,79 @@ def test_a_long_head_budget_is_slow_progress_not_livelock():
     stuck = run_schedule(waited, policy, **opts)
     assert stuck.outcome == DEADLOCK, stuck.summary()
     assert set(stuck.blocked.values()) == {"wait_all"}
+
+
+def test_a_wait_before_its_submission_is_refused():
+    with pytest.raises(ValueError, match="rank 0: wait of collective 0 before it submits"):
+        Schedule(2, {0: Collective()}, [[wait(0), submit(0)], [submit(0)]])
+    sched = Schedule(2, {0: Collective()}, [[submit(0), stream_wait(0), SYNC], [submit(0)]])
+    assert Schedule.from_json(sched.to_json()) == sched
+
+
+def _late_peer(first):
+    """Rank 0 submits collective 0, then does ``first``; rank 1 submits it only after rank
+    0's daemon has given up on it and quit (ten quit times later)."""
+    quit_after = policies.get_policy("dfccl").model_params["QUIT_AFTER"]
+    sched = Schedule(2, {0: Collective()}, [[submit(0), *first, WAIT_ALL],
+                                            [submit(0), WAIT_ALL]])
+    return run_schedule(sched, "dfccl", start_ticks=[0, 10 * quit_after])
+
+
+def test_a_stream_wait_before_a_device_sync_deadlocks_where_a_host_wait_completes():
+    """Why pydfccl never makes a stream wait for a collective on the GPU. With ``wait`` the
+    host waits; its daemon, stuck on the late peer, quits, is relaunched when the peer
+    comes, and the run completes. With ``stream_wait`` the host goes on into a device sync
+    that waits for the stream, which waits for the collective, which needs the daemon, whose
+    relaunch the sync holds up: nothing can end it. The pattern stalled a 4-rank training
+    job on an H200 (``torch.cuda.synchronize()`` behind a collective on torch's stream)."""
+    host = _late_peer([wait(0), SYNC])
+    assert host.outcome == COMPLETED and host.exact and host.relaunches >= 1
+    stream = _late_peer([stream_wait(0), SYNC])
+    assert stream.outcome == DEADLOCK and stream.blocked == {0: "sync", 1: "wait_all"}
+
+
+def test_a_submission_behind_a_stream_wait_starts_only_once_the_stream_passes_it():
+    """The stream gate: a run issued after a stream wait enters the queue when the stream
+    has passed the wait. Two ranks that order two collectives behind each other's on their
+    streams deadlock, as the same calls do under NCCL; issued with host waits after both
+    submissions they complete."""
+    colls = {0: Collective(), 1: Collective()}
+    crossed = Schedule(2, colls, [[submit(0), stream_wait(0), submit(1), WAIT_ALL],
+                                  [submit(1), stream_wait(1), submit(0), WAIT_ALL]])
+    assert run_schedule(crossed, "dfccl").outcome != COMPLETED
+    hosted = Schedule(2, colls, [[submit(0), submit(1), wait(0), wait(1)],
+                                 [submit(1), submit(0), wait(1), wait(0)]])
+    assert run_schedule(hosted, "dfccl").outcome == COMPLETED
+
+
+def test_hypothesis_finds_programs_that_only_stream_waits_deadlock():
+    """The model explores these programs: among small two-rank programs, search for one
+    that completes when every wait is the host's and does not with GPU stream waits."""
+    hypothesis = pytest.importorskip("hypothesis")
+    st = hypothesis.strategies
+    quit_after = policies.get_policy("dfccl").model_params["QUIT_AFTER"]
+
+    @st.composite
+    def programs(draw):
+        ranks = []
+        for _ in range(2):
+            order = draw(st.permutations([0, 1]))
+            program = []
+            for c in order:
+                program.append(submit(c))
+                program += [wait(c)] * draw(st.booleans()) + [SYNC] * draw(st.booleans())
+            ranks.append(program)
+        return ranks, draw(st.sampled_from([0, 10 * quit_after]))
+
+    def host_only_completes(drawn):
+        ranks, late = drawn
+        colls = {0: Collective(), 1: Collective()}
+        as_stream = [[stream_wait(e.coll) if e.op == "wait" else e for e in p] for p in ranks]
+        host = run_schedule(Schedule(2, colls, ranks), "dfccl", start_ticks=[0, late])
+        stream = run_schedule(Schedule(2, colls, as_stream), "dfccl", start_ticks=[0, late])
+        return host.outcome == COMPLETED and stream.outcome != COMPLETED
+
+    found = hypothesis.find(programs(), host_only_completes,
+                            settings=hypothesis.settings(max_examples=500, database=None))
+    ranks, late = found
+    assert any(e.op == "wait" for p in ranks for e in p), found

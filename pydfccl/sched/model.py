@@ -22,9 +22,23 @@ What the host does, as ``pydfccl.communicator`` does it:
   never started. A policy that never quits (``nccl``) therefore never lets a sync return
   once its daemon runs; ``launch_per_call`` quits whenever its queue is empty, as NCCL's
   per-collective kernels end.
-- ``wait_all`` waits until every collective the rank submitted has completed there.
+- ``wait_all`` waits until every collective the rank submitted has completed there, and
+  ``wait`` (with ``coll``) until that one has: a host that waits for a result, which is
+  how ``pydfccl.torch`` waits, on CUDA tensors too.
 - A daemon that quits with work outstanding is relaunched at once if that launch made
   progress, else ``relaunch_ticks`` later or at the rank's next submission.
+
+And what pydfccl does *not* do, so that tests can show why: ``stream_wait`` (with
+``coll``) makes the rank's *stream* wait on the GPU for ``coll`` while the host goes on
+(``cuStreamWaitValue``, what CUDA stream ordering of a collective would be). Work behind
+it on the stream waits too: a later ``submit`` enters the daemon's queue only once the
+stream has passed every earlier ``stream_wait`` (the stream gate: a run starts when its
+stream has made its inputs), and a ``sync`` waits for the stream as well as the daemon.
+While a host sits in such a ``sync``, the rank's daemon cannot be launched: a device-wide
+wait holds up the process's launches (seen on an H200 under MPS; CUDA documents that
+ordering made with stream waits is invisible to its scheduler). No daemon quit can end a
+stream wait, so schedules that complete with ``wait`` can deadlock with ``stream_wait``
+(``tests/test_model.py``).
 
 Each slot carries at most ``slot_elems`` elements; a collective of ``count`` elements needs
 ``ceil(count / (nranks * slot_elems))`` loops of ``2 * nranks - 1`` steps in the ring. A
@@ -53,6 +67,8 @@ __all__ = [
     "Collective",
     "Event",
     "submit",
+    "wait",
+    "stream_wait",
     "SYNC",
     "WAIT_ALL",
     "Schedule",
@@ -66,7 +82,8 @@ COMPLETED = "completed"
 DEADLOCK = "deadlock"
 LIVELOCK = "livelock"
 
-_OPS = ("submit", "sync", "wait_all")
+_OPS = ("submit", "sync", "wait_all", "wait", "stream_wait")
+_WITH_COLL = ("submit", "wait", "stream_wait")
 
 
 @dataclass(frozen=True)
@@ -80,17 +97,26 @@ class Collective:
 
 @dataclass(frozen=True)
 class Event:
-    """One host event of a rank's program: ``submit`` (with ``coll``), ``sync`` or ``wait_all``."""
+    """One host event of a rank's program: ``submit``, ``wait`` or ``stream_wait`` (with
+    ``coll``), ``sync`` or ``wait_all``."""
 
     op: str
     coll: Optional[int] = None
 
     def to_dict(self) -> dict:
-        return {"op": self.op, "coll": self.coll} if self.op == "submit" else {"op": self.op}
+        return {"op": self.op, "coll": self.coll} if self.op in _WITH_COLL else {"op": self.op}
 
 
 def submit(coll: int) -> Event:
     return Event("submit", coll)
+
+
+def wait(coll: int) -> Event:
+    return Event("wait", coll)
+
+
+def stream_wait(coll: int) -> Event:
+    return Event("stream_wait", coll)
 
 
 SYNC = Event("sync")
@@ -130,6 +156,9 @@ class Schedule:
                     if ev.coll not in self.collectives:
                         raise ValueError(f"rank {r}: submits unknown collective {ev.coll!r}")
                     submitted.append(ev.coll)
+                elif ev.op in _WITH_COLL and ev.coll not in submitted:
+                    raise ValueError(f"rank {r}: {ev.op} of collective {ev.coll!r} before "
+                                     "it submits it")
             if sorted(submitted) != sorted(self.collectives):
                 raise ValueError(f"rank {r} must submit every collective exactly once; "
                                  f"it submits {submitted}")
@@ -396,10 +425,11 @@ def _task_key(task):
 class _Rank:
     __slots__ = ("r", "program", "pc", "start", "pending", "active", "outstanding", "seq",
                  "daemon", "req", "task", "threshold", "spins", "idle", "resume",
-                 "relaunch_at", "launches", "steps", "launch_steps", "order")
+                 "relaunch_at", "launches", "steps", "launch_steps", "order", "stream")
 
     def __init__(self, r, program, start):
         self.r, self.program, self.pc, self.start = r, program, 0, start
+        self.stream = []        # ("wait", coll) and ("submit", coll) items, in stream order
         self.pending, self.active, self.outstanding, self.seq = [], [], 0, 0
         self.daemon = self.req = self.task = self.resume = self.relaunch_at = None
         self.threshold = self.spins = self.idle = self.launches = 0
@@ -472,11 +502,45 @@ class _Model:
         rk.daemon = rk.req = None
         self.quits += 1
         self.changed = True
-        if rk.pc < len(rk.program) and rk.program[rk.pc].op == "sync" and self.t >= rk.start:
+        if self._at(rk, "sync") and not rk.stream:
             self._host_advance(rk)
         if rk.outstanding:
             stuck = rk.steps == rk.launch_steps
             rk.relaunch_at = self.t + (self.relaunch_ticks if stuck else 1)
+
+    def _at(self, rk, op):
+        """The rank's host has begun and its next event is ``op``."""
+        return rk.pc < len(rk.program) and rk.program[rk.pc].op == op and self.t >= rk.start
+
+    def _launch_blocked(self, rk):
+        """A host in a device sync behind its stream's wait holds up the rank's launches."""
+        return bool(rk.stream) and self._at(rk, "sync")
+
+    def _submit(self, rk, cid):
+        coll = self.colls[cid]
+        rk.seq += 1
+        key = self.order_key(self.p, self.priority[cid], rk.seq, self.index[cid])
+        rk.pending.append(_Task(coll, rk.seq, key))
+        rk.outstanding += 1
+        self.outstanding += 1
+        self.changed = True
+        if rk.daemon is None:
+            if self._launch_blocked(rk):
+                rk.relaunch_at = self.t         # launched once the sync lets go
+            else:
+                self._launch(rk)
+
+    def _advance_stream(self, rk):
+        """The stream passes the waits whose collective has completed on this rank, and
+        submits what follows them."""
+        while rk.stream:
+            what, cid = rk.stream[0]
+            if what == "wait" and not self.colls[cid].done[rk.r]:
+                return
+            rk.stream.pop(0)
+            self.changed = True
+            if what == "submit":
+                self._submit(rk, cid)
 
     def _host_advance(self, rk):
         rk.pc += 1
@@ -545,23 +609,21 @@ class _Model:
     def _host(self, rk):
         ev = rk.program[rk.pc]
         if ev.op == "submit":
-            coll = self.colls[ev.coll]
-            rk.seq += 1
-            key = self.order_key(self.p, self.priority[ev.coll], rk.seq, self.index[ev.coll])
-            rk.pending.append(_Task(coll, rk.seq, key))
-            rk.outstanding += 1
-            self.outstanding += 1
             self._host_advance(rk)
-            if rk.daemon is None:
-                self._launch(rk)
-        elif ev.op == "sync":
-            if rk.daemon is None:
-                self._host_advance(rk)
-        elif rk.outstanding == 0:                         # wait_all
+            if rk.stream:                                 # gated behind the stream's waits
+                rk.stream.append(("submit", ev.coll))
+            else:
+                self._submit(rk, ev.coll)
+        elif ev.op == "stream_wait":
+            rk.stream.append(("wait", ev.coll))
+            self._host_advance(rk)
+        elif self._host_wait(rk) == 0:                    # sync, wait_all, wait
             self._host_advance(rk)
 
     def _turn(self, rk):
-        if rk.daemon is None and rk.relaunch_at is not None and self.t >= rk.relaunch_at:
+        self._advance_stream(rk)
+        if (rk.daemon is None and rk.relaunch_at is not None and self.t >= rk.relaunch_at
+                and not self._launch_blocked(rk)):
             self._launch(rk)
         if rk.pc < len(rk.program) and self.t >= rk.start:
             self._host(rk)
@@ -638,7 +700,7 @@ class _Model:
                     idlers.append(rk)
                 elif rk.threshold < NEVER:
                     ticks = min(ticks, rk.threshold - rk.spins - 1)
-            elif rk.relaunch_at is not None:
+            elif rk.relaunch_at is not None and not self._launch_blocked(rk):
                 ticks = min(ticks, rk.relaunch_at - self.t)
             if rk.pc < len(rk.program):
                 ticks = min(ticks, self._host_wait(rk))
@@ -663,20 +725,27 @@ class _Model:
         """Ticks until this host can take its next event, as far as it alone decides."""
         if self.t < rk.start:
             return rk.start - self.t
-        op = rk.program[rk.pc].op
-        if op == "submit" or (op == "sync" and rk.daemon is None) or \
-                (op == "wait_all" and rk.outstanding == 0):
+        ev = rk.program[rk.pc]
+        if ev.op in ("submit", "stream_wait") or \
+                (ev.op == "sync" and rk.daemon is None and not rk.stream) or \
+                (ev.op == "wait_all" and rk.outstanding == 0 and not rk.stream) or \
+                (ev.op == "wait" and self.colls[ev.coll].done[rk.r]):
             return 0
         return NEVER
 
     def _frozen(self):
         """True when no step anywhere can run and no host can move: a deadlock whatever the
-        daemons do (they can only preempt, quit and relaunch from here on)."""
+        daemons do (they can only preempt, quit and relaunch from here on). A host in a
+        sync behind its stream's wait moves only once a step completes that collective."""
         for rk in self.ranks:
             if rk.pc < len(rk.program):
-                ev = rk.program[rk.pc]
-                if self.t < rk.start or ev.op != "wait_all" or rk.outstanding == 0:
+                op = rk.program[rk.pc].op
+                waiting = (op in ("wait_all", "wait") and self._host_wait(rk) != 0) or \
+                    (op == "sync" and rk.stream)      # behind a stream wait: steps must come
+                if self.t < rk.start or not waiting:
                     return False
+            if rk.daemon is None and self._launch_blocked(rk):
+                continue                  # no daemon can run this rank's steps
             for task in rk.pending + rk.active:
                 coll = task.coll
                 if coll.step[rk.r] == coll.nsteps or coll.ready(rk.r):

@@ -2,7 +2,7 @@
 
 Each example launches real rank processes (a few seconds each), so the example budgets are
 small and fixed here, whatever the profile. The oracle is the model itself
-(``pydfccl.replay.predict``: the same schedule, policy, slot sizes and inputs):
+(``pydfccl.cli.replay.predict``: the same schedule, policy, slot sizes and inputs):
 
 - dfccl: schedules without ``wait_all`` cycles (a ``wait_all`` only at the end) always
   complete in the model; the engine must complete them too, with every rank holding exactly
@@ -22,7 +22,7 @@ import sys
 from hypothesis import HealthCheck, Phase, event, given, note, settings
 from hypothesis import strategies as st
 
-from pydfccl.replay import EXIT_COMPLETED, EXIT_DEADLOCK, predict, replay
+from pydfccl.cli.replay import EXIT_COMPLETED, EXIT_DEADLOCK, predict, replay
 from pydfccl.sched.model import COMPLETED, DEADLOCK, SYNC, WAIT_ALL, Collective, Schedule, submit
 
 NCCL_WATCHDOG = 6.0     # seconds without progress before nccl's deadlock is reported

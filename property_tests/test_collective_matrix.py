@@ -1,5 +1,5 @@
 """The collective matrix: random kind x op x dtype x count x rank count x root on the CUDA
-simulator, every output compared with numpy (``pydfccl.reference``).
+simulator, every output compared with numpy (``pydfccl.protocol.reference``).
 
 Each example is one launch of 2-3 rank processes (seconds) running 1-3 collectives, so the
 example budget is small and fixed here, whatever the profile, and there is no shrinking
@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 import pydfccl
 from pydfccl import platform
-from pydfccl.reference import buffer_elems, reference
+from pydfccl.protocol.reference import buffer_elems, reference
 
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
 OPS = ("sum", "prod", "max", "min", "avg")

@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, Phase, given, note, settings
 from hypothesis import strategies as st
 
 import pydfccl
-from pydfccl import layout as L
+from pydfccl.protocol import layout as L
 from pydfccl import platform
-from pydfccl.reference import buffer_elems, reference
+from pydfccl.protocol.reference import buffer_elems, reference
 
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
 LAUNCH_TIMEOUT = 240.0

@@ -5,17 +5,17 @@ primitive spins past its budget, resumes it later exactly where it stopped, and 
 voluntarily when idle or stuck so that GPU synchronizations can complete.
 """
 
-from .mpi import use_simulator_without_gpu as _use_simulator_without_gpu
+from .bootstrap.mpi import use_simulator_without_gpu as _use_simulator_without_gpu
 
 _use_simulator_without_gpu()   # under mpiexec without a GPU; must come before Numba loads
 
-from .communicator import Communicator  # noqa: E402
+from .host.communicator import Communicator  # noqa: E402
 from .errors import AbortedError, DeadlockError, PydfcclError, RankFailedError
-from .group import close_all, init_all, start_all
-from .launch import BACKENDS, launch
+from .bootstrap.group import close_all, init_all, start_all
+from .bootstrap.launch import BACKENDS, launch
 from .log import configure_from_env as _configure_logging
 from .sched.policies import Policy, get_policy, policy_names, register
-from .world import WorldConfig
+from .host.world import WorldConfig
 
 __all__ = [
     "Communicator", "launch", "BACKENDS", "WorldConfig", "init_all", "start_all", "close_all",

@@ -18,7 +18,7 @@ import numpy as np
 
 from pydfccl import close_all, init_all, start_all
 from pydfccl.sched.policies import get_policy
-from pydfccl.policy_options import parse_params
+from pydfccl.cli.options import parse_params
 
 
 def timed(comms, buffers, coll, iters, back_to_back):

@@ -11,8 +11,8 @@ import sys
 
 import numpy as np
 
-from pydfccl import progress
-from pydfccl.bench import one_thread_latency
+from pydfccl.host import poller as progress
+from pydfccl.cli.bench import one_thread_latency
 
 DEFAULTS = dict(SLEEP_WHEN_HELPED=progress.SLEEP_WHEN_HELPED,
                 TRACE_DRAIN_SECONDS=progress.TRACE_DRAIN_SECONDS)

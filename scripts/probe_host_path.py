@@ -25,10 +25,10 @@ from numba import njit, types
 from numba.extending import intrinsic
 
 import pydfccl
-from pydfccl import layout as L
+from pydfccl.protocol import layout as L
 from pydfccl import platform
-from pydfccl.communicator import CollectiveFuture
-from pydfccl.hostspin import _load_acquire_i64 as _load
+from pydfccl.host.communicator import CollectiveFuture
+from pydfccl.host.hostspin import _load_acquire_i64 as _load
 
 SQ_SEQ, SQ_COLL = L.CTL_SQ + L.SQ_F["seq"], L.CTL_SQ + L.SQ_F["coll"]
 CQ_STAMP, CQ_COLL = L.CTL_CQ + L.CQ_F["stamp"], L.CTL_CQ + L.CQ_F["coll"]

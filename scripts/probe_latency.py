@@ -14,9 +14,9 @@ from concurrent.futures import Future
 import numpy as np
 
 from pydfccl import init_all, start_all
-from pydfccl import layout as L
-from pydfccl.buffers import buffer_info
-from pydfccl.hostspin import SPINS_PER_CALL, wait_for_stamp
+from pydfccl.protocol import layout as L
+from pydfccl.host.buffers import buffer_info
+from pydfccl.host.hostspin import SPINS_PER_CALL, wait_for_stamp
 from probe_host import _time   # this script's folder is on its path
 
 

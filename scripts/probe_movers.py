@@ -7,7 +7,7 @@ buffers one element off (every element alone, the path every step took before ve
 the daemon's 4 blocks (over 16 MiB), and with a block per chunk over ``--mib`` MiB (the whole
 GPU).
 Bandwidth counts the bytes read plus written; ``copy%`` is the share of a back-to-back
-copy's (``pydfccl.hbm.copy_bandwidth``),
+copy's (``pydfccl.cli.hbm.copy_bandwidth``),
 counted the same way. ``same`` says whether both paths wrote the same bits.
 Run: python3 scripts/probe_movers.py [--mib 256] [--threads 512] [--dtypes float32,int8]
 For whole collectives: python3 -m pydfccl bench --nranks 2 -b 268435456 -e 268435456
@@ -19,8 +19,8 @@ import numpy as np
 from numba import cuda
 
 from pydfccl import platform
-from pydfccl.codes import DTYPES, OPS, storage_dtype
-from pydfccl.hbm import copy_bandwidth
+from pydfccl.protocol.codes import DTYPES, OPS, storage_dtype
+from pydfccl.cli.hbm import copy_bandwidth
 from pydfccl.kernels import primitives as P
 
 CHUNK = 128 * 1024        # the GPU world's slot_bytes
@@ -64,7 +64,7 @@ def main():
     args = ap.parse_args()
     nbytes = args.mib << 20
     rng = np.random.default_rng(0)
-    # back-to-back asynchronous copies timed with events (pydfccl.hbm): synchronous ones
+    # back-to-back asynchronous copies timed with events (pydfccl.cli.hbm): synchronous ones
     # count the host's time between them (2.24 against 4.19 TB/s, H200 2026-11-30)
     copy_bw = copy_bandwidth(nbytes)
     print(f"cuMemcpyDtoDAsync {args.mib} MiB: {copy_bw:.0f} GB/s (read + write)")

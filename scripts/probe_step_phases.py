@@ -25,7 +25,7 @@ os.environ["PYDFCCL_PROFILE_STEPS"] = "1"
 import numpy as np                                         # noqa: E402
 
 import pydfccl                                             # noqa: E402
-from pydfccl import layout as L                            # noqa: E402
+from pydfccl.protocol import layout as L                            # noqa: E402
 from pydfccl.kernels import plans                          # noqa: E402
 from pydfccl.kernels.step_profile import (PH_PLAN, PH_RETIRE, PH_SQ,  # noqa: E402
                                           PH_STEPS, PHASES, PROFILE_WORDS)

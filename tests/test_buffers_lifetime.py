@@ -6,7 +6,7 @@ import numpy as np
 
 import pydfccl
 import workers
-from pydfccl.buffers import dropped_by_user
+from pydfccl.host.buffers import dropped_by_user
 
 WARNING = ("rank 0: collective 0's in-place buffer was dropped by the user before the "
            "collective completed; pydfccl kept it alive until then")

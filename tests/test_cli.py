@@ -45,7 +45,7 @@ def test_bench_inputs_repeat_their_pattern_and_expected_outputs_are_shared():
     hundreds of MiB); the expected output of a kind every rank shares is computed once."""
     import numpy as np
 
-    from pydfccl import sweep
+    from pydfccl.cli import sweep
 
     for elems in (0, 1, 5, 3 << 12, (3 << 12) + 1, 40_000):
         for rank in range(4):
@@ -64,7 +64,7 @@ def test_bench_inputs_repeat_their_pattern_and_expected_outputs_are_shared():
 def test_bench_sweeps_sizes_in_nccl_tests_form(tmp_path, capsys):
     import json
 
-    from pydfccl.sweep import bus_factor
+    from pydfccl.cli.sweep import bus_factor
 
     out_json, out_csv = tmp_path / "b.json", tmp_path / "b.csv"
     assert cli.main(["bench", "--coll", "all_gather", "--nranks", "3", "-b", "8", "-e", "512",
@@ -110,7 +110,7 @@ def test_pydfccl_debug_configures_logging_or_names_a_bad_level():
 
 
 def test_doctor_reports_each_fact(capsys, monkeypatch):
-    from pydfccl import doctor
+    from pydfccl.cli import doctor
 
     assert cli.main(["doctor"]) == 0          # a CPU machine with the test extra: no problem
     out = capsys.readouterr().out
@@ -126,7 +126,7 @@ def test_doctor_reports_each_fact(capsys, monkeypatch):
 
 def test_one_thread_issues_every_ranks_kth_collective_before_any_ranks_next():
     """A launch per call from one thread deadlocks rank by rank (H200, 2026-11-29)."""
-    from pydfccl.bench import group_order
+    from pydfccl.cli.bench import group_order
 
     comms = ["rank0", "rank1", "rank2"]
     pairs = [[(f"x{r}{k}", f"y{r}{k}") for k in range(2)] for r in range(3)]
@@ -137,7 +137,7 @@ def test_one_thread_issues_every_ranks_kth_collective_before_any_ranks_next():
 
 def test_bench_latency_reports_a_failed_measurement_and_keeps_the_rows_before(monkeypatch,
                                                                                capsys):
-    from pydfccl import bench
+    from pydfccl.cli import bench
     from pydfccl.errors import DeadlockError
 
     def measure(*args):
@@ -158,7 +158,8 @@ def test_bench_rows_gain_the_hbm_keys_and_keep_the_old_ones(monkeypatch, tmp_pat
     import csv
     import json
 
-    from pydfccl import hbm, platform, sweep
+    from pydfccl import platform
+    from pydfccl.cli import hbm, sweep
 
     real = sweep.hbm_report
 
@@ -192,7 +193,7 @@ def test_bench_rows_gain_the_hbm_keys_and_keep_the_old_ones(monkeypatch, tmp_pat
 
 
 def test_bench_param_overrides_the_daemon_policy_only(monkeypatch, capsys):
-    from pydfccl import sweep
+    from pydfccl.cli import sweep
 
     seen = {}
 
@@ -222,7 +223,7 @@ def test_bench_param_overrides_the_daemon_policy_only(monkeypatch, capsys):
 def test_param_reaches_the_daemons_of_bench_latency_and_the_demo(monkeypatch, capsys):
     """``--param`` sets the daemon policy's parameters in ``bench latency`` (its launch
     baseline keeps the nccl policy) and in the demo, as in the sweep; a bad one exits 2."""
-    from pydfccl import bench, demo
+    from pydfccl.cli import bench, demo
 
     policies = []
 
@@ -284,7 +285,7 @@ def test_bench_cycles_alternate_the_modes_and_report_each_sizes_median(monkeypat
     the fastest and slowest times beside it, and #wrong summed over the cycles."""
     import json
 
-    from pydfccl import sweep
+    from pydfccl.cli import sweep
 
     order, seconds = [], iter([3e-3, 5e-3, 1e-3, 6e-3, 2e-3, 4e-3])   # daemon, nccl, ...
 
@@ -321,7 +322,7 @@ def test_bench_cycles_alternate_the_modes_and_report_each_sizes_median(monkeypat
 def test_nblocks_reaches_the_worlds_of_bench_latency_and_the_demo(monkeypatch, capsys):
     """``--nblocks`` sets a rank's daemon blocks (the machine's default otherwise), so that
     the GPU batch can time block counts against each other (stage ``blocks_ab``)."""
-    from pydfccl import bench, demo
+    from pydfccl.cli import bench, demo
 
     seen = []
 
@@ -353,7 +354,7 @@ def test_nblocks_reaches_the_worlds_of_bench_latency_and_the_demo(monkeypatch, c
 def test_demo_summary_gives_the_median_iteration_beside_the_mean():
     """A first iteration's warm-up (first calls, first launches) can weigh more than all the
     others in the mean time in collectives; the summary gives the median and the first."""
-    from pydfccl.demo import DemoOptions, summarize
+    from pydfccl.cli.demo import DemoOptions, summarize
 
     ranks = [dict(rank=r, verified=3, preemptions=0, relaunches=0, steps=9, seconds=1.0,
                   collective_seconds=each)

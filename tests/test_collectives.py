@@ -8,7 +8,7 @@ import pytest
 import pydfccl
 import workers
 from pydfccl import platform
-from pydfccl.reference import reference
+from pydfccl.protocol.reference import reference
 
 CASES = [  # (kind, count, dtype, op, root)
     ("all_gather", 1, "float32", "sum", 0),
@@ -101,7 +101,7 @@ def test_16bit_floats_across_channels():
 
 
 def test_chaos_demo_mixes_every_kind():
-    from pydfccl.demo import DemoOptions, run_demo
+    from pydfccl.cli.demo import DemoOptions, run_demo
 
     opts = DemoOptions(nranks=3, colls=5, iters=2, count=30, progress=False,
                        kinds=("all_reduce", "all_gather", "reduce_scatter", "broadcast",

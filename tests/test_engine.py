@@ -12,7 +12,7 @@ import pytest
 
 import pydfccl
 import workers
-from pydfccl.demo import DemoOptions, run_demo
+from pydfccl.cli.demo import DemoOptions, run_demo
 
 CASES = [  # (count, dtype, op): counts off the slot and chunk sizes, down to 1 element
     (1, "float32", "sum"),
@@ -236,7 +236,7 @@ def test_watchdog_prints_every_threads_stack_when_asked(monkeypatch, capfd):
     each host thread stands."""
     from types import SimpleNamespace
 
-    from pydfccl import watchdog
+    from pydfccl.host import watchdog
 
     blocks = np.zeros((1, 4), dtype=[("progress", "u8"), ("completed", "u8")])
     world = SimpleNamespace(ctl={"blocks": blocks}, config=SimpleNamespace(nblocks=4),
@@ -260,8 +260,8 @@ def test_report_names_the_rank_its_peers_wait_for_that_runs_nothing():
     all-reduce, rank 0 on none; the waiting ranks' own edges formed a cycle."""
     from types import SimpleNamespace
 
-    from pydfccl import layout as L
-    from pydfccl.watchdog import WAITS_CREDIT, WAITS_DATA, wait_for_report
+    from pydfccl.protocol import layout as L
+    from pydfccl.host.watchdog import WAITS_CREDIT, WAITS_DATA, wait_for_report
 
     ctl = np.zeros(4, L.CTL_ROW)
     for r in (1, 2, 3):     # each waits for data from r - 1 and for credit from r + 1
@@ -287,7 +287,7 @@ def test_completion_holds_frees_only_when_a_callback_could_free(monkeypatch, wit
     import contextlib
     from types import SimpleNamespace
 
-    from pydfccl import communicator
+    from pydfccl.host import communicator
 
     held = []
 

@@ -85,7 +85,7 @@ def test_a_killed_rank_is_named_within_the_heartbeat_timeout(tmp_path):
 
 
 def test_world_segments_are_named_after_their_maker():
-    from pydfccl.world import new_segment
+    from pydfccl.host.world import new_segment
 
     segment = new_segment(64)
     try:

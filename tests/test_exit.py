@@ -14,13 +14,13 @@ def test_the_pollers_threads_stop_before_earlier_exit_handlers_run():
         import atexit
 
         def last():    # registered first: runs after every handler registered later
-            from pydfccl.progress import poller
+            from pydfccl.host.poller import poller
             threads = (poller._thread, poller._tracer_thread)
             print("started:", all(t is not None for t in threads))
             print("alive at exit:", [t.name for t in threads if t is not None and t.is_alive()])
 
         atexit.register(last)
-        from pydfccl.progress import poller
+        from pydfccl.host.poller import poller
 
         class OpenCommunicator:     # what the two threads use of a communicator
             _submitted, _helpers, _helped_at = 0, 0, 0.0

@@ -7,7 +7,7 @@ import pytest
 
 import pydfccl
 from pydfccl import platform
-from pydfccl.codes import BFLOAT16
+from pydfccl.protocol.codes import BFLOAT16
 
 pytestmark = pytest.mark.skipif(not platform.gpu_available(), reason="needs a GPU")
 

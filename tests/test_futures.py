@@ -10,7 +10,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, as_completed, wait
 
 import pytest
 
-from pydfccl.futures import CollectiveFuture
+from pydfccl.host.futures import CollectiveFuture
 
 
 class _Comm:

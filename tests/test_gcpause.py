@@ -1,8 +1,8 @@
-"""The benchmarks' timed loops pause the garbage collector (``pydfccl.gcpause``)."""
+"""The benchmarks' timed loops pause the garbage collector (``pydfccl.host.gcpause``)."""
 import gc
 import threading
 
-from pydfccl.gcpause import gc_paused
+from pydfccl.host.gcpause import gc_paused
 
 
 def test_the_collector_stays_off_until_the_last_thread_leaves():

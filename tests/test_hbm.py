@@ -1,9 +1,10 @@
-"""pydfccl.hbm: the device-memory bytes of a collective, walked from the step plan, and the
+"""pydfccl.cli.hbm: the device-memory bytes of a collective, walked from the step plan, and the
 copy it is compared with (GPU only); the sweep's HBM efficiency table (issue #5)."""
 
 import pytest
 
-from pydfccl import cli, hbm, platform, sweep
+from pydfccl import cli, platform
+from pydfccl.cli import hbm, sweep
 from pydfccl.kernels.plans import one_shot
 from pydfccl.kernels.primitives import F_RECV, F_SEND, F_USER_IN, F_USER_OUT
 

@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-from pydfccl import layout as L
+from pydfccl.protocol import layout as L
 from pydfccl.kernels import daemon as D
 from pydfccl.kernels import primitives as P
 

@@ -14,7 +14,7 @@ import pytest
 
 from pydfccl.kernels.compiler import blocks_per_sm, register_cap
 from pydfccl.sched.policies import policy_names
-from pydfccl.world import WorldConfig
+from pydfccl.host.world import WorldConfig
 
 SCRIPT = """
 import json

@@ -4,7 +4,7 @@ checked across ranks by the poller before their first run."""
 import pytest
 
 import pydfccl
-from pydfccl.registry import LatePlacer
+from pydfccl.host.registration import LatePlacer
 
 import workers
 

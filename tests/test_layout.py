@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from pydfccl import layout as L
-from pydfccl.world import WorldConfig
+from pydfccl.protocol import layout as L
+from pydfccl.host.world import WorldConfig
 
 
 def test_record_sizes_are_fixed_and_aligned():
@@ -50,7 +50,7 @@ def test_gpu_worlds_take_32_channels_or_their_share_of_a_shared_gpu(monkeypatch)
     """Every rank's daemon blocks must fit on the GPU at once (a block of 256 threads or more
     fills a multiprocessor's registers): 32 channels a rank while they do, else the largest
     power of two that does; a size given is kept. The simulator's default stays one block."""
-    from pydfccl import world
+    from pydfccl.host import world
 
     monkeypatch.setattr(world, "multiprocessors", lambda: 132)     # an H200
     assert [world.gpu_nblocks(n) for n in (1, 2, 4, 5, 8, 16, 132, 200)] == \
@@ -66,7 +66,7 @@ def test_gpu_worlds_take_32_channels_or_their_share_of_a_shared_gpu(monkeypatch)
 
 
 def test_a_world_whose_daemons_cannot_all_be_resident_is_warned_of(monkeypatch, caplog):
-    from pydfccl import world
+    from pydfccl.host import world
 
     monkeypatch.setattr(world, "multiprocessors", lambda: 132)
     with caplog.at_level("WARNING", logger="pydfccl"):

@@ -76,7 +76,7 @@ def test_replay_predicts_with_the_engines_one_shot_limit():
     """``replay.predict`` runs all_reduces the way the engine on the same world would: on
     the simulator's slots (256 bytes, lanes of 128 on 3 ranks) 32 float32 run one-shot, 33
     in the ring, which names only the previous rank."""
-    from pydfccl.replay import predict
+    from pydfccl.cli.replay import predict
 
     for count, rank1_waits in ((32, [(1, 0), (1, 2)]), (33, [(1, 0)])):
         sched = Schedule.from_orders([[0, 1], [1, 0], [0, 1]], counts=count)

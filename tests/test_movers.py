@@ -18,15 +18,15 @@ import pytest
 import pydfccl
 import workers
 from pydfccl import platform
-from pydfccl.codes import DTYPES
-from pydfccl.reference import buffer_elems
+from pydfccl.protocol.codes import DTYPES
+from pydfccl.protocol.reference import buffer_elems
 
 SCRIPT = r"""
 import json
 import ml_dtypes
 import numpy as np
 from numba import cuda
-from pydfccl.codes import DTYPES, OPS, storage_dtype
+from pydfccl.protocol.codes import DTYPES, OPS, storage_dtype
 from pydfccl.kernels import primitives as P
 from pydfccl.kernels.memory import SIMULATOR
 

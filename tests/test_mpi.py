@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from pydfccl.doctor import find_mpiexec
+from pydfccl.cli.doctor import find_mpiexec
 
 MPIEXEC = find_mpiexec()
 pytestmark = pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec (pip install mpich)")

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 import workers
-from pydfccl.buffers import check_buffer, dtype_accepted
-from pydfccl.codes import BFLOAT16, DTYPES, dtype_code, normalize_dtype, storage_dtype
-from pydfccl.communicator import CollSpec
-from pydfccl.reference import reference, ring_order
+from pydfccl.host.buffers import check_buffer, dtype_accepted
+from pydfccl.protocol.codes import BFLOAT16, DTYPES, dtype_code, normalize_dtype, storage_dtype
+from pydfccl.host.communicator import CollSpec
+from pydfccl.protocol.reference import reference, ring_order
 
 SCRIPT = r"""
 import json
@@ -28,7 +28,7 @@ from pydfccl.kernels.memory import SIMULATOR
 from pydfccl.kernels.plans import ONE_SHOT, plan_step, table_kind
 from pydfccl.kernels.primitives import F_ALL, F_RECV, F_SEND, F_USER_IN
 from pydfccl.kernels.ring import channel_count, channel_span
-from pydfccl.reference import ring_order
+from pydfccl.protocol.reference import ring_order
 
 assert SIMULATOR
 widen, narrow = nm.bfloat16_to_float32.py_func, nm.float32_to_bfloat16.py_func

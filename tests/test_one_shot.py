@@ -9,10 +9,10 @@ import pytest
 
 import pydfccl
 import workers
-from pydfccl.demo import DemoOptions, run_demo
+from pydfccl.cli.demo import DemoOptions, run_demo
 from pydfccl.kernels.plans import ONE_SHOT, ONE_SHOT_BYTES, lane_bytes, one_shot, table_kind
-from pydfccl.reference import _reduce, reference
-from pydfccl.world import machine_sizes
+from pydfccl.protocol.reference import _reduce, reference
+from pydfccl.host.world import machine_sizes
 
 SLOT = 256      # a slot size for the arithmetic of lanes (the simulator's default)
 
@@ -37,9 +37,9 @@ def test_sizes_up_to_a_lane_and_the_limit_go_one_shot(nranks):
 def test_one_rank_and_too_many_ranks_keep_the_ring():
     assert not one_shot(1, 4, 1, SLOT)
     assert not one_shot(1, 4, 18, 1024 * 1024)      # more senders than a connector's lanes
-    assert table_kind("all_reduce", 1, 4, 1, SLOT) == pydfccl.codes.KINDS["all_reduce"]
+    assert table_kind("all_reduce", 1, 4, 1, SLOT) == pydfccl.protocol.codes.KINDS["all_reduce"]
     assert table_kind("all_reduce", 1, 4, 2, SLOT) == ONE_SHOT
-    assert table_kind("reduce", 1, 4, 2, SLOT) == pydfccl.codes.KINDS["reduce"]
+    assert table_kind("reduce", 1, 4, 2, SLOT) == pydfccl.protocol.codes.KINDS["reduce"]
 
 
 def _cases(nranks):

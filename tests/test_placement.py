@@ -6,7 +6,8 @@ import logging
 
 import pytest
 
-from pydfccl import mpi, platform
+from pydfccl import platform
+from pydfccl.bootstrap import mpi
 
 
 class _Group:
@@ -45,7 +46,7 @@ def test_shared_gpu_without_mps_is_warned(monkeypatch, caplog, mps, devices, war
 
 
 def test_backend_from_the_environment(monkeypatch):
-    from pydfccl.launch import default_backend
+    from pydfccl.bootstrap.launch import default_backend
 
     monkeypatch.setenv("PYDFCCL_BACKEND", "processes")
     assert default_backend() == "processes"
@@ -65,7 +66,7 @@ def test_gpu_daemons_fit_on_their_gpu_together(monkeypatch, ranks_on_gpu, daemon
     """Every daemon of every rank on a GPU can be resident at once: a daemon that could not
     would wait for room behind daemons that wait for it (they quit, but slowly). A torch job
     makes several groups a rank, each with its own daemon (backend.DAEMONS_PER_RANK)."""
-    from pydfccl import world
+    from pydfccl.host import world
 
     monkeypatch.setattr(world, "multiprocessors", lambda: 132)
     got = world.gpu_nblocks(ranks_on_gpu * daemons_per_rank)

@@ -30,9 +30,9 @@ import numpy as np
 import pytest
 
 import pydfccl
-from pydfccl import layout as L
+from pydfccl.protocol import layout as L
 from pydfccl import platform
-from pydfccl.replay import completion_order
+from pydfccl.cli.replay import completion_order
 
 LOWS, HIGH, GO, THEN = [0, 1, 2, 3], 9, 10, 11
 IDS = sorted(LOWS + [HIGH, GO, THEN])   # the daemon's collective index is the sorted position

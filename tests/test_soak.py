@@ -6,7 +6,7 @@ import re
 import pytest
 
 import pydfccl
-from pydfccl import layout as L
+from pydfccl.protocol import layout as L
 import workers
 
 NEVER_QUICK = 10**15   # ns: a budget no wait here reaches
@@ -49,7 +49,7 @@ def test_threads_and_launches_stay_bounded():
 
 
 def test_soak_command_short_form(capsys):
-    from pydfccl import soak
+    from pydfccl.cli import soak
 
     code = soak.main(["--schedules", "3", "--max-ranks", "3", "--max-count", "40",
                       "--max-colls", "3", "--no-progress"])
@@ -75,8 +75,8 @@ def test_soak_command_short_form(capsys):
 
 
 def test_soak_schedules_are_reproducible_and_cover_the_engine():
-    from pydfccl.codes import COLLECTIVE_KINDS as KINDS, DTYPES, OPS
-    from pydfccl.soak import SoakOptions, draw_schedule
+    from pydfccl.protocol.codes import COLLECTIVE_KINDS as KINDS, DTYPES, OPS
+    from pydfccl.cli.soak import SoakOptions, draw_schedule
 
     opts = SoakOptions(max_ranks=4, max_count=300, max_colls=6)
     schedules = [draw_schedule(7, i, opts, simulator=True) for i in range(60)]
@@ -97,7 +97,7 @@ def test_soak_schedules_are_reproducible_and_cover_the_engine():
 
 
 def test_soak_verdict_names_what_went_wrong():
-    from pydfccl.soak import SoakReport
+    from pydfccl.cli.soak import SoakReport
 
     assert SoakReport(schedules=2, submitted=8, completed=8).verdict() is None
     bad = SoakReport(schedules=2, submitted=8, completed=7, wrong=["x"]).verdict()
@@ -108,7 +108,7 @@ def test_soak_verdict_names_what_went_wrong():
 
 
 def test_resource_samples_name_what_grew_and_which_module_made_new_classes():
-    from pydfccl.soak import grown_types, resource_sample
+    from pydfccl.cli.soak import grown_types, resource_sample
 
     class Marker:
         pass

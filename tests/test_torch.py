@@ -326,7 +326,7 @@ def test_ddp_timing_example_trains_both_ways_to_the_same_weights():
 @pytest.mark.parametrize("coll", ["all_reduce", "reduce_scatter"])
 def test_the_torch_baseline_runs_the_sweep_through_torch_distributed(coll):
     """The bench's NCCL baseline, with torch's gloo backend standing in for NCCL here."""
-    from pydfccl.sweep import SweepOptions, run_sweep, sizes
+    from pydfccl.cli.sweep import SweepOptions, run_sweep, sizes
 
     opts = SweepOptions(coll=coll, nranks=2, minbytes=64, maxbytes=4096, stepfactor=8,
                         iters=2, warmup=1, progress=False)

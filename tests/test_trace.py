@@ -11,8 +11,8 @@ import pydfccl
 import workers
 from pydfccl.kernels.plans import one_shot
 from pydfccl.kernels.ring import channel_count
-from pydfccl.trace import to_chrome
-from pydfccl.world import machine_sizes
+from pydfccl.host.trace import to_chrome
+from pydfccl.host.world import machine_sizes
 
 
 def _runs(events):
@@ -91,7 +91,7 @@ def test_blocks_beyond_a_collectives_channels_leave_its_runs_alone():
 
 
 def test_demo_writes_a_timeline_and_a_picture(tmp_path, capsys):
-    from pydfccl.demo import main
+    from pydfccl.cli.demo import main
 
     trace, picture = tmp_path / "t.json", tmp_path / "t.png"
     assert main(["-n", "2", "-k", "3", "-i", "1", "-c", "20", "--no-progress",
@@ -108,8 +108,8 @@ def test_demo_lays_the_hosts_marks_beside_the_daemons_events():
     daemon's clock (``clock_offset_ns``; a GPU's is apart from the host's): one offset puts
     every run's absorbing after the host began submitting and its completion before the
     host has its result."""
-    from pydfccl.demo import DemoOptions, run_demo
-    from pydfccl.trace import HOST_TRACK
+    from pydfccl.cli.demo import DemoOptions, run_demo
+    from pydfccl.host.trace import HOST_TRACK
 
     opts = DemoOptions(nranks=2, colls=3, iters=2, count=20, progress=False, trace=True)
     per_rank = run_demo(opts)
@@ -141,7 +141,7 @@ def test_demo_lays_the_hosts_marks_beside_the_daemons_events():
 
 
 def test_host_marks_move_onto_the_daemons_clock_by_the_runs_bounds():
-    from pydfccl.trace import (MARK_RESULT, MARK_RUN, MARK_SUBMITTING, clock_offset_ns,
+    from pydfccl.host.trace import (MARK_RESULT, MARK_RUN, MARK_SUBMITTING, clock_offset_ns,
                                on_daemon_clock)
 
     us, ahead = 1000, 5_000_000          # the daemon's clock reads 5 ms more than the host's
@@ -176,7 +176,7 @@ class _Pool:
     """A pool's header in host memory, as ``DeviceBuffer.read`` serves it."""
 
     def __init__(self, nblocks):
-        from pydfccl import layout as L
+        from pydfccl.protocol import layout as L
 
         self.raw = np.zeros(L.P_TRACE + nblocks * L.TRACE_CAP * L.TRACE_SIZE, np.uint8)
         self.heads = self.raw[L.P_TRACE_HEAD:L.P_TRACE_HEAD + 8 * nblocks].view(np.int64)
@@ -187,7 +187,7 @@ class _Pool:
 
     def log(self, block, n, coll=0):
         """The daemon's side: ``n`` more "loaded" records on ``block``, t counting up."""
-        from pydfccl import layout as L
+        from pydfccl.protocol import layout as L
 
         for _ in range(n):
             head = int(self.heads[block])
@@ -196,7 +196,7 @@ class _Pool:
 
 
 def test_the_host_keeps_the_latest_events_within_its_bound():
-    from pydfccl.trace import TraceReader
+    from pydfccl.host.trace import TraceReader
 
     pool = _Pool(nblocks=2)
     reader = TraceReader(pool, rank=0, nblocks=2, coll_ids={0: 7}, keep=100)
@@ -220,7 +220,7 @@ def test_closing_the_reader_waits_for_a_drain_and_ends_device_reads():
     freed as soon as close() returns."""
     import threading
 
-    from pydfccl.trace import TraceReader
+    from pydfccl.host.trace import TraceReader
 
     class SlowPool(_Pool):
         def __init__(self, nblocks):

@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from pydfccl import communicator
+from pydfccl.host import communicator
 
 
 class StandIn:
@@ -84,7 +84,7 @@ def test_only_a_waiter_that_saw_its_future_done_counts_as_a_helper(sleeps, monke
     """The poller sleeps while every busy communicator has, or just had, a thread draining
     for itself; a thread that gave up waiting (its spin budget over) waits for the poller,
     so it must not count as one."""
-    from pydfccl import progress
+    from pydfccl.host import poller as progress
 
     gave_up = StandIn(drain_held_elsewhere=False)
     monkeypatch.setattr(communicator.CollectiveFuture, "SPIN_SECONDS", 0.01)
@@ -145,7 +145,7 @@ def test_warm_up_loads_the_loops_the_waiters_call():
     """``Communicator.start`` loads both compiled loops (hostspin.warm_up) so that the first
     ``result()`` does not: their callers' arguments then find a loaded overload, and no
     call compiles or loads another."""
-    from pydfccl import hostspin
+    from pydfccl.host import hostspin
 
     hostspin.warm_up()
     loaded = (len(hostspin.wait_for_stamp.overloads), len(hostspin.wait_for_any_stamp.overloads))

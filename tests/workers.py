@@ -8,9 +8,9 @@ import time
 import numpy as np
 
 import pydfccl
-from pydfccl import layout as L
+from pydfccl.protocol import layout as L
 from pydfccl import platform
-from pydfccl.reference import buffer_elems, reference
+from pydfccl.protocol.reference import buffer_elems, reference
 
 
 def _fill(comm, values: np.ndarray):
@@ -297,7 +297,7 @@ class _LaunchRecorder:
         self._real(configured, args)
 
     def add(self, comm) -> list:
-        from pydfccl import communicator
+        from pydfccl.host import communicator
 
         with self._lock:
             if not self._held:
@@ -308,7 +308,7 @@ class _LaunchRecorder:
             return held
 
     def remove(self, comm) -> None:
-        from pydfccl import communicator
+        from pydfccl.host import communicator
 
         with self._lock:
             del self._held[id(comm._launcher._configured)]
@@ -341,7 +341,7 @@ def baseline_launch_takes_runs_up_to_its_limit(comm, runs: int):
     submits ``runs`` runs: how many went to the SQ; which completed after a launch limited
     to the first run; then the results once a launch takes them all."""
     import numpy as np
-    from pydfccl import communicator
+    from pydfccl.host import communicator
 
     comm.prepare(0, "all_reduce", count=4, dtype="int64")
     comm.start()

@@ -39,7 +39,8 @@ _PACKAGE = Path(__file__).resolve().parent.parent
 # The files whose text becomes the daemon's machine code (the kernels and the constants
 # they import).
 _SOURCES = sorted(_PACKAGE.glob("kernels/*.py")) + [
-    _PACKAGE / "layout.py", _PACKAGE / "codes.py", _PACKAGE / "sched" / "policies.py"]
+    _PACKAGE / "protocol" / "layout.py", _PACKAGE / "protocol" / "codes.py",
+    _PACKAGE / "sched" / "policies.py"]
 
 
 def _function_text(fn) -> str:

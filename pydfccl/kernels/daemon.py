@@ -39,7 +39,7 @@ phase of its loop (``step_profile``); without it those marks compile to nothing.
 import numpy as np
 from numba import cuda
 
-from .. import layout as L
+from ..protocol import layout as L
 from ..sched.policies import PARAM_SLOTS
 from . import step_profile
 from .compiler import MAX_THREADS, daemon_kernel, register_cap

@@ -41,8 +41,8 @@ import os
 
 from numba import cuda
 
-from ..codes import KINDS
-from ..layout import CONN_LANES
+from ..protocol.codes import KINDS
+from ..protocol.layout import CONN_LANES
 from .divide import quotient
 from .primitives import COPY, F_ALL, F_POSTDIV, F_RECV, F_SEND, F_USER_IN, F_USER_OUT
 from .ring import chunk_span, ring_index, ring_step

@@ -34,7 +34,7 @@ from .memory import (as_array, atomic_cas_gpu, backoff, fence_gpu, fence_sys, la
                      load_volatile, now_ns, store16, store_volatile, with_lane)
 from .numerics import (bfloat16_to_float32, float16_to_float32, float32_to_bfloat16,
                        float32_to_float16)
-from ..codes import DTYPES, OPS
+from ..protocol.codes import DTYPES, OPS
 
 __all__ = [
     "F_RECV", "F_USER_IN", "F_SEND", "F_USER_OUT", "F_POSTDIV",

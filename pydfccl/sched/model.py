@@ -15,7 +15,7 @@ partial state and its context is the step index. Stretches where every daemon on
 a step that cannot become ready (or polls an empty queue) are skipped in one go, which is
 what makes GPU-sized spin budgets cheap.
 
-What the host does, as ``pydfccl.communicator`` does it:
+What the host does, as ``pydfccl.host.communicator`` does it:
 
 - ``submit`` appends to the daemon's queue and launches the daemon if it is not running.
 - ``sync`` (a device-wide synchronize) returns once the daemon is not running: it quit, or

@@ -2,7 +2,7 @@
 ``new_group(..., backend="dfccl")``.
 
 torch hands the backend's creator a c10d Store; ``C10dStoreGroup`` makes it the process
-group that pydfccl's bootstrap needs (``pydfccl.mpi.communicator_from_group``: rank, size,
+group that pydfccl's bootstrap needs (``pydfccl.bootstrap.mpi.communicator_from_group``: rank, size,
 bcast, allgather, Barrier), so each torch process group gets its own pydfccl world and
 daemon. Without a GPU the ranks run the CUDA simulator; on GPUs this needs CUDA IPC
 between the rank processes (``communicator_from_group``).
@@ -18,7 +18,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from ..policy_options import policy_from_env
+from ..sched.choice import policy_from_env
 from .group import TorchGroup, _simulated
 
 __all__ = ["C10dStoreGroup", "ProcessGroupDfccl", "register", "status_report", "stats",
@@ -93,7 +93,7 @@ class ProcessGroupDfccl(dist.ProcessGroup):
     def __init__(self, store, rank: int, size: int, timeout: timedelta | None = None,
                  **options):
         super().__init__(rank, size)
-        from ..mpi import communicator_from_group
+        from ..bootstrap.mpi import communicator_from_group
 
         options = {**comm_options(), **options}
         comm = communicator_from_group(C10dStoreGroup(store, rank, size, timeout),
@@ -190,7 +190,7 @@ def status_report() -> str:
     """What every dfccl process group of this process is doing, one line per rank of each
     (``Communicator.status()`` made readable): for a job that seems stuck, the collective
     each rank's daemon is on and whom it waits for."""
-    from ..watchdog import format_status
+    from ..host.watchdog import format_status
 
     parts = []
     for pg in sorted(_live, key=id):

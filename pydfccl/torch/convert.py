@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 
 from .. import platform
-from ..codes import OPS
+from ..protocol.codes import OPS
 
 __all__ = ["op_name", "torch_op", "dtype_name", "check_tensor", "as_buffer"]
 

@@ -94,8 +94,8 @@ def _rank_main(spec: dict) -> list:
     import torch
     import torch.distributed as dist
 
-    from ..reference import buffer_elems, reference
-    from ..sweep import _input
+    from ..protocol.reference import buffer_elems, reference
+    from ..cli.sweep import _input
     from .convert import torch_op
 
     rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])

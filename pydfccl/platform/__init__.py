@@ -19,8 +19,8 @@ import weakref
 import numpy as np
 from numba import cuda
 
-from .codes import BFLOAT16, storage_dtype
-from .kernels.memory import SIMULATOR
+from ..protocol.codes import BFLOAT16, storage_dtype
+from ..kernels.memory import SIMULATOR
 
 # A daemon deliberately uses a few blocks; Numba's low-occupancy warning would fire on every
 # launch.

@@ -18,17 +18,17 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
-from . import platform
-from .errors import PydfcclError, RankFailedError
-from .codes import COLLECTIVE_KINDS as KINDS
-from .launch import BACKENDS, default_backend, launch
-from .mpi import current_group, run_in_group
-from .reference import buffer_elems, reference
-from .policy_options import add_policy_options, chosen_policy
-from .sched.policies import get_policy
-from .trace import (MARK_RESULT, MARK_RUN, MARK_SUBMITTING, clock_offset_ns, host_mark,
+from .. import platform
+from ..errors import PydfcclError, RankFailedError
+from ..protocol.codes import COLLECTIVE_KINDS as KINDS
+from ..bootstrap.launch import BACKENDS, default_backend, launch
+from ..bootstrap.mpi import current_group, run_in_group
+from ..protocol.reference import buffer_elems, reference
+from .options import add_policy_options, chosen_policy
+from ..sched.policies import get_policy
+from ..host.trace import (MARK_RESULT, MARK_RUN, MARK_SUBMITTING, clock_offset_ns, host_mark,
                     on_daemon_clock, plot_timeline, to_chrome)
-from .watchdog import format_status
+from ..host.watchdog import format_status
 
 __all__ = ["DemoOptions", "chaos_orders", "run_demo", "main"]
 
@@ -219,7 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", metavar="FILE.png", help="draw the timeline as a picture")
     p.add_argument("--nblocks", type=int, default=None,
                    help="daemon blocks (channels) a rank (default: the machine's, "
-                        "pydfccl.world.WorldConfig)")
+                        "pydfccl.host.world.WorldConfig)")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--schedule", metavar="FILE", help="replay a model schedule (JSON) instead")
     return p

@@ -18,12 +18,12 @@ import time
 
 import numpy as np
 
-from . import platform
-from .errors import PydfcclError
-from .gcpause import gc_paused
-from .group import close_all, init_all, start_all
-from .launch import BACKENDS, launch
-from .policy_options import add_policy_options, chosen_policy
+from .. import platform
+from ..errors import PydfcclError
+from ..host.gcpause import gc_paused
+from ..bootstrap.group import close_all, init_all, start_all
+from ..bootstrap.launch import BACKENDS, launch
+from .options import add_policy_options, chosen_policy
 
 __all__ = ["latency_worker", "measure_latency", "main"]
 

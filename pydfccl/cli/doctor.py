@@ -17,7 +17,7 @@ import shutil
 import sys
 import tempfile
 
-from . import platform
+from .. import platform
 
 __all__ = ["checks", "find_mpiexec", "main"]
 

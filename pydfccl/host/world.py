@@ -13,10 +13,10 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from . import layout as L
-from .kernels.compiler import MAX_THREADS, blocks_per_sm
-from .log import logger
-from .platform import (SIMULATOR, DeviceBuffer, HostBuffer, PeerBuffer, gpu_available,
+from ..protocol import layout as L
+from ..kernels.compiler import MAX_THREADS, blocks_per_sm
+from ..log import logger
+from ..platform import (SIMULATOR, DeviceBuffer, HostBuffer, PeerBuffer, gpu_available,
                        ipc_handle, multiprocessors)
 
 __all__ = ["WorldConfig", "World", "REPORT_BYTES", "new_segment", "gpu_nblocks"]

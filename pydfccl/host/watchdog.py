@@ -66,7 +66,7 @@ def format_status(statuses: list[dict]) -> str:
 
 def wait_for_report(world, describe) -> tuple[str, list | None]:
     """Describe what every rank waits on; returns (text, cycle or None)."""
-    from .sched.model import find_wait_cycle
+    from ..sched.model import find_wait_cycle
 
     statuses = [rank_status(world, r) for r in range(world.nranks)]
     running = [{b["coll"] for b in st["blocks"] if b["coll"] is not None} for st in statuses]

@@ -9,8 +9,8 @@ import weakref
 
 import numpy as np
 
-from . import platform
-from .codes import BFLOAT16
+from .. import platform
+from ..protocol.codes import BFLOAT16
 
 __all__ = ["buffer_info", "dtype_accepted", "check_buffer", "BufferChecker", "dropped_by_user"]
 

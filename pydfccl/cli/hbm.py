@@ -26,12 +26,12 @@ import time
 import types
 from functools import lru_cache
 
-from . import platform
-from .codes import COLLECTIVE_KINDS
-from .kernels.plans import table_kind
-from .kernels.primitives import F_ALL, F_RECV, F_SEND, F_USER_IN, F_USER_OUT
-from .kernels.ring import channel_count
-from .world import machine_sizes
+from .. import platform
+from ..protocol.codes import COLLECTIVE_KINDS
+from ..kernels.plans import table_kind
+from ..kernels.primitives import F_ALL, F_RECV, F_SEND, F_USER_IN, F_USER_OUT
+from ..kernels.ring import channel_count
+from ..host.world import machine_sizes
 
 __all__ = ["rank_traffic", "hbm_bytes", "all_reduce_hbm_bytes", "one_shot_hbm_bytes",
            "copy_bandwidth",
@@ -60,7 +60,7 @@ def host_function(fn):
 
 @lru_cache(maxsize=None)
 def _plan():
-    from .kernels import plans, ring
+    from ..kernels import plans, ring
 
     return (host_function(plans.plan_step), host_function(plans.steps_per_loop),
             host_function(plans.loop_elems), host_function(ring.channel_span))
@@ -147,7 +147,7 @@ def one_shot_hbm_bytes(nbytes: int, nranks: int) -> int:
 def _hold_kernel():
     from numba import cuda
 
-    from .kernels.memory import now_ns
+    from ..kernels.memory import now_ns
 
     @cuda.jit
     def hold(ns):

@@ -9,12 +9,12 @@ __all__ = ["SUBCOMMANDS", "main"]
 
 # name -> (module with main(argv) -> int, one-line help)
 SUBCOMMANDS = {
-    "demo": ("pydfccl.demo", "the chaos test: disordered collectives, every result verified"),
-    "bench": ("pydfccl.sweep", "nccl-tests-style size sweep against baselines; "
+    "demo": ("pydfccl.cli.demo", "the chaos test: disordered collectives, every result verified"),
+    "bench": ("pydfccl.cli.sweep", "nccl-tests-style size sweep against baselines; "
                                "'bench latency' for small-message latency"),
     "risk": ("pydfccl.sched.risk", "the paper's deadlock-risk study (no GPU needed)"),
-    "soak": ("pydfccl.soak", "many random schedules end to end, every output verified"),
-    "doctor": ("pydfccl.doctor", "what this machine offers pydfccl (versions, GPUs, MPS, "
+    "soak": ("pydfccl.cli.soak", "many random schedules end to end, every output verified"),
+    "doctor": ("pydfccl.cli.doctor", "what this machine offers pydfccl (versions, GPUs, MPS, "
                                  "launchers, kernel cache)"),
 }
 

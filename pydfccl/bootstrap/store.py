@@ -3,7 +3,7 @@
 Rank 0 serves it on ``MASTER_ADDR:MASTER_PORT``; every rank, rank 0 included, talks to it
 through short connections. On top of ``set``/``get`` (which waits for the key) it offers what
 the bootstrap needs of a process group: ``bcast``, ``allgather`` and ``Barrier``, with
-mpi4py's names, so that ``pydfccl.mpi`` builds a world the same way over either. A ``get``
+mpi4py's names, so that ``pydfccl.bootstrap.mpi`` builds a world the same way over either. A ``get``
 that waits past the join timeout raises an error that names the ranks that never arrived.
 """
 
@@ -14,7 +14,7 @@ import threading
 import time
 from multiprocessing.connection import Client, Listener
 
-from .errors import PydfcclError
+from ..errors import PydfcclError
 
 __all__ = ["StoreGroup", "in_env_job"]
 
@@ -103,5 +103,5 @@ class StoreGroup:
     def bcast(self, obj, root: int = 0):
         return self.allgather(obj if self.rank == root else None)[root]
 
-    def Barrier(self) -> None:      # mpi4py's name, so both groups serve pydfccl.mpi
+    def Barrier(self) -> None:      # mpi4py's name, so both groups serve pydfccl.bootstrap.mpi
         self.allgather(None)

@@ -18,7 +18,7 @@ from concurrent.futures import Future
 from concurrent.futures._base import (CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING,
                                       RUNNING)
 
-from . import platform
+from .. import platform
 
 __all__ = ["CollectiveFuture"]
 

@@ -9,8 +9,8 @@ import threading
 
 import numpy as np
 
-from . import layout as L
-from . import platform
+from ..protocol import layout as L
+from .. import platform
 
 __all__ = ["TraceReader", "TRACE_KEEP", "HOST_TRACK", "MARK_SUBMITTING", "MARK_RUN",
            "MARK_RESULT", "host_mark", "clock_offset_ns", "on_daemon_clock", "primitive_name", "to_chrome",
@@ -21,8 +21,8 @@ HOST_TRACK = -1    # the block number of a rank's host marks: their own track, "
 
 def primitive_name(flags: int) -> str:
     """NCCL's name for a step's primitive ("recvReduceSend", ...) from its flags."""
-    from .kernels import plans
-    from .kernels import primitives as P
+    from ..kernels import plans
+    from ..kernels import primitives as P
 
     names = {P.SEND: "send", P.RECV_REDUCE_SEND: "recvReduceSend",
              P.RECV_REDUCE_COPY_SEND: "recvReduceCopySend", P.RECV_COPY_SEND: "recvCopySend",

@@ -2,7 +2,7 @@
 
 Per rank it keeps one host thread, a *launcher* that (re)launches the daemon kernel
 whenever work is outstanding (the daemon quits by itself when idle or stuck). The process's
-*poller* (:mod:`pydfccl.progress`, one thread for every communicator of the process) turns
+*poller* (:mod:`pydfccl.host.poller`, one thread for every communicator of the process) turns
 CQ entries into completed futures and runs each communicator's *watchdog*, which turns a
 stall into a report and a clean abort. A thread blocked in ``Future.result()`` drains its
 CQ too (it is the fastest way to learn of a completion), so done-callbacks run on whichever
@@ -11,7 +11,7 @@ of the two completed the future.
 At most one run of a collective is in flight; further runs of it wait on the host, so the
 k-th run on every rank meets the k-th run on every other rank.
 
-A collective prepared after ``start()`` (late registration, :mod:`pydfccl.registry`) is
+A collective prepared after ``start()`` (late registration, :mod:`pydfccl.host.registration`) is
 placed without an exchange and published in this rank's control row; its runs wait on the
 host until the poller has seen every peer publish the same signature.
 """
@@ -28,23 +28,23 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import layout as L
-from . import platform
+from ..protocol import layout as L
+from .. import platform
 from .buffers import BufferChecker, dropped_by_user
-from .codes import (OUT_OF_PLACE_ONLY, POINT_TO_POINT, dtype_code, kind_code,
+from ..protocol.codes import (OUT_OF_PLACE_ONLY, POINT_TO_POINT, dtype_code, kind_code,
                     normalize_dtype, op_code)
-from .host.launcher import Launcher, LauncherError
+from .launcher import Launcher, LauncherError
 from .hostspin import SPINS_PER_CALL, wait_for_stamp, warm_up
-from .kernels.plans import ONE_SHOT, table_kind
-from .kernels.ring import channel_count
-from .progress import poller
-from .errors import AbortedError, DeadlockError, PydfcclError
+from ..kernels.plans import ONE_SHOT, table_kind
+from ..kernels.ring import channel_count
+from .poller import poller
+from ..errors import AbortedError, DeadlockError, PydfcclError
 from .futures import CollectiveFuture
-from .log import logger
-from .reference import buffer_elems
-from .registry import LatePlacer, check_signatures, late_verdict, placement
+from ..log import logger
+from ..protocol.reference import buffer_elems
+from .registration import LatePlacer, check_signatures, late_verdict, placement
 from .trace import TraceReader
-from .sched.policies import get_policy
+from ..sched.policies import get_policy
 from .watchdog import Watchdog, rank_status
 from .world import World
 
@@ -84,8 +84,8 @@ _daemons_lock = threading.Lock()
 def _daemon_for(policy, nthreads: int):
     """The compiled daemon of ``policy`` for blocks of ``nthreads`` (one per policy and
     register cap in a process)."""
-    from .kernels.compiler import register_cap
-    from .kernels.daemon import compile_now, make_daemon
+    from ..kernels.compiler import register_cap
+    from ..kernels.daemon import compile_now, make_daemon
 
     key = (policy.name, policy.functions, register_cap(nthreads))
     with _daemons_lock:
@@ -159,8 +159,8 @@ class Communicator:
     def from_mpi(cls, mpi_comm, *, policy="dfccl", watchdog_timeout: float | None = None,
                  persistent: bool = True, **sizes) -> "Communicator":
         """This process's rank of a world of ``mpi_comm.size`` ranks, one per MPI process
-        (``mpiexec``); ``sizes`` as for ``launch``. See :mod:`pydfccl.mpi`."""
-        from .mpi import communicator_from_group
+        (``mpiexec``); ``sizes`` as for ``launch``. See :mod:`pydfccl.bootstrap.mpi`."""
+        from ..bootstrap.mpi import communicator_from_group
         return communicator_from_group(mpi_comm, policy=policy,
                                        watchdog_timeout=watchdog_timeout,
                                        persistent=persistent, **sizes)
@@ -170,8 +170,8 @@ class Communicator:
                  persistent: bool = True, **sizes) -> "Communicator":
         """This process's rank when a torchrun-style launcher set RANK, WORLD_SIZE,
         MASTER_ADDR and MASTER_PORT (rank 0 serves a loopback store there)."""
-        from .mpi import communicator_from_group
-        from .store import StoreGroup
+        from ..bootstrap.mpi import communicator_from_group
+        from ..bootstrap.store import StoreGroup
         return communicator_from_group(StoreGroup(), policy=policy,
                                        watchdog_timeout=watchdog_timeout,
                                        persistent=persistent, **sizes)
@@ -530,7 +530,7 @@ class Communicator:
         report = self.world.get_report() or f"rank {self.rank}: aborted"
         return DeadlockError(report) if report.startswith("deadlock") else AbortedError(report)
 
-    # -- what the process's poller calls (pydfccl.progress) -----------------------------------
+    # -- what the process's poller calls (pydfccl.host.poller) -----------------------------------
 
     HEARTBEAT_NS = 10_000_000
 

@@ -20,7 +20,7 @@ baseline shows its time over the daemon's.
 
 On a GPU with every rank on it (the threads backend), a second table, "HBM efficiency", puts
 each row of pydfccl's own kernels (the daemon, ``launch``, ``nccl``) against a
-device-to-device copy of the same size timed in this run (``pydfccl.hbm``): the bytes all
+device-to-device copy of the same size timed in this run (``pydfccl.cli.hbm``): the bytes all
 ranks read and write in device memory per run, walked from the step plan (all_reduce:
 (6n-4) x size), over the time, as a share of the copy's bytes read plus written. The rows
 written by ``--csv``/``--json`` gain ``hbm_bytes``, ``hbm_gbs``, ``copy_gbs`` and
@@ -43,16 +43,16 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from . import platform
-from .codes import COLLECTIVE_KINDS, DTYPES, OPS, storage_dtype
-from .gcpause import gc_paused
-from .group import close_all, init_all, start_all
-from .kernels.plans import one_shot_limit
-from .launch import BACKENDS, default_backend, launch
-from .reference import buffer_elems, reference
-from .policy_options import add_policy_options, chosen_policy
-from .sched.policies import get_policy
-from .world import machine_sizes
+from .. import platform
+from ..protocol.codes import COLLECTIVE_KINDS, DTYPES, OPS, storage_dtype
+from ..host.gcpause import gc_paused
+from ..bootstrap.group import close_all, init_all, start_all
+from ..kernels.plans import one_shot_limit
+from ..bootstrap.launch import BACKENDS, default_backend, launch
+from ..protocol.reference import buffer_elems, reference
+from .options import add_policy_options, chosen_policy
+from ..sched.policies import get_policy
+from ..host.world import machine_sizes
 
 __all__ = ["SweepOptions", "bus_factor", "sizes", "sweep_worker", "run_sweep", "add_hbm",
            "format_hbm_table", "hbm_report", "main"]
@@ -221,7 +221,7 @@ def run_sweep(opts: SweepOptions, mode: str = "daemon", backend=None,
     options = BASELINES.get(mode) or dict(
         policy=get_policy(opts.policy).with_params(**opts.params))
     if mode in ("NCCL", "gloo"):       # torch.distributed's backend of that name
-        from .torch.nccl_bench import run_torch_sweep
+        from ..torch.nccl_bench import run_torch_sweep
         per_rank = run_torch_sweep(opts, steps, backend=mode.lower())
     elif driver == "one":
         per_rank = one_thread_sweep(opts, steps, **options)
@@ -290,7 +290,7 @@ def add_hbm(results: dict, opts: SweepOptions, copy_gbs: dict) -> list[dict]:
     (``copy_gbs[size]``: the copy of the row's size) and ``hbm_pct_of_copy`` to each row of
     the modes in HBM_MODES; return those rows."""
     from .hbm import hbm_bytes
-    from .world import WorldConfig
+    from ..host.world import WorldConfig
 
     cfg = WorldConfig(opts.nranks, **opts.world)      # the sizes launch gives the ranks
     itemsize = storage_dtype(opts.dtype).itemsize
@@ -343,7 +343,7 @@ def hbm_report(results: dict, opts: SweepOptions, backend: str | None) -> str:
     rows = add_hbm(results, opts, copy)
     lines = [f"# HBM efficiency ({opts.coll}, {opts.nranks} ranks on this GPU): HBM bytes = "
              "read plus written in device memory by all ranks per run, as the step plan "
-             "moves them (pydfccl.hbm); copy = cuMemcpyDtoDAsync of the same size in this run, "
+             "moves them (pydfccl.cli.hbm); copy = cuMemcpyDtoDAsync of the same size in this run, "
              "read plus written"]
     try:
         l2 = platform.device_attribute("L2_CACHE_SIZE")
@@ -506,7 +506,7 @@ def main(argv: list[str]) -> int:
                           "both": ["launch", "nccl"], "torch": ["torch"],
                           "all": ["launch", "nccl", "torch"]}[args.baseline]
     if "torch" in modes:
-        from .torch.nccl_bench import torch_baseline_unavailable
+        from ..torch.nccl_bench import torch_baseline_unavailable
 
         why = torch_baseline_unavailable(opts.coll, opts.nranks, args.torch_backend)
         modes.remove("torch")

@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-from . import platform
+from .. import platform
 from .hostspin import SPINS_PER_CALL, wait_for_any_stamp
 
 __all__ = ["poller"]

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import collections
 
-from .codes import DTYPES, KINDS, OPS, POINT_TO_POINT
-from .kernels.plans import connector_sets
+from ..protocol.codes import DTYPES, KINDS, OPS, POINT_TO_POINT
+from ..kernels.plans import connector_sets
 
 __all__ = ["check_signatures", "placement", "LatePlacer", "late_verdict"]
 

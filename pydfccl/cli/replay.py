@@ -21,14 +21,14 @@ from typing import Optional, Union
 
 import numpy as np
 
-from . import layout as L
-from . import platform
-from .errors import RankFailedError
-from .kernels.plans import one_shot_limit
-from .launch import default_backend, launch
-from .reference import reference
-from .sched.model import Schedule, run_schedule
-from .world import WorldConfig
+from ..protocol import layout as L
+from .. import platform
+from ..errors import RankFailedError
+from ..kernels.plans import one_shot_limit
+from ..bootstrap.launch import default_backend, launch
+from ..protocol.reference import reference
+from ..sched.model import Schedule, run_schedule
+from ..host.world import WorldConfig
 
 __all__ = ["replay", "replay_worker", "replay_main", "load_schedule", "input_values",
            "expected_values", "model_values", "predict", "completion_order",

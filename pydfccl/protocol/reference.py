@@ -57,9 +57,9 @@ def ring_order(kind: str, elems: int, nranks: int, root: int = 0, *, itemsize: i
         return (np.arange(elems) // (elems // nranks) + 1) % nranks
     if kind != "all_reduce":
         raise ValueError(f"{kind!r} does not reduce")
-    from .kernels.plans import one_shot
-    from .kernels.ring import channel_count
-    from .world import machine_sizes
+    from ..kernels.plans import one_shot
+    from ..kernels.ring import channel_count
+    from ..host.world import machine_sizes
 
     nblocks, slot_bytes = machine_sizes(nranks, nblocks, slot_bytes)
 

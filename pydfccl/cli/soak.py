@@ -5,7 +5,7 @@ collectives (every kind, op and dtype the engine implements; counts of 1, around
 size, and anything up to ``max_count``), how many times each runs, every rank's own
 submission order and priorities, and where each rank calls a device-wide synchronize
 between its submissions. Every rank checks every output against numpy
-(:mod:`pydfccl.reference`). The summary counts what was verified, wrong and lost, and shows
+(:mod:`pydfccl.protocol.reference`). The summary counts what was verified, wrong and lost, and shows
 this process's threads and memory at the start and end, so that a long run shows they stay
 flat. ``python -m pydfccl soak`` exits 0 only when nothing was wrong or lost.
 """
@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import platform
-from .codes import COLLECTIVE_KINDS, DTYPES, OPS, OUT_OF_PLACE_ONLY
-from .errors import RankFailedError
-from .launch import default_backend, launch
-from .reference import buffer_elems, reference
-from .sched.policies import policy_names
-from .world import WorldConfig
+from .. import platform
+from ..protocol.codes import COLLECTIVE_KINDS, DTYPES, OPS, OUT_OF_PLACE_ONLY
+from ..errors import RankFailedError
+from ..bootstrap.launch import default_backend, launch
+from ..protocol.reference import buffer_elems, reference
+from ..sched.policies import policy_names
+from ..host.world import WorldConfig
 
 __all__ = ["SoakOptions", "Collective", "Schedule", "SoakReport", "draw_schedule",
            "soak_input", "soak_worker", "run_soak", "main"]

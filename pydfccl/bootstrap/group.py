@@ -20,10 +20,10 @@ GPU only: under the simulator each rank is a process of its own.
 
 from __future__ import annotations
 
-from . import platform
-from .communicator import Communicator
-from .errors import PydfcclError
-from .world import World, WorldConfig
+from .. import platform
+from ..host.communicator import Communicator
+from ..errors import PydfcclError
+from ..host.world import World, WorldConfig
 
 __all__ = ["init_all", "start_all", "close_all"]
 

@@ -3,7 +3,7 @@
 A *group* is what the bootstrap needs of the processes: ``rank``, ``size``, ``bcast``,
 ``allgather`` and ``Barrier``. Two groups are supported:
 - an mpi4py communicator, used by ``Communicator.from_mpi(comm)``;
-- a ``pydfccl.store.StoreGroup``, used by ``Communicator.from_env()``. It reads RANK,
+- a ``pydfccl.bootstrap.store.StoreGroup``, used by ``Communicator.from_env()``. It reads RANK,
   WORLD_SIZE, MASTER_ADDR and MASTER_PORT, and rank 0 serves a loopback store.
 
 The registrations that ``start()`` compares travel by ``allgather``. The control rows are
@@ -70,7 +70,7 @@ def use_simulator_without_gpu() -> None:
 def _shared_world(group, config):
     """The World of this rank: rank 0 makes the segments, the others attach to them; rank 0
     unlinks them once everyone has, so that nothing is left behind however the job ends."""
-    from .world import World, new_segment
+    from ..host.world import World, new_segment
 
     sizes = [config.ctl_bytes] + ([config.nranks * config.pool_bytes] if config.simulator else [])
     names = None
@@ -114,8 +114,8 @@ def choose_gpu(group, local: int | None = None) -> int:
     same on every rank), which sizes the daemons so that all of them fit at once."""
     import socket
 
-    from . import platform
-    from .log import logger
+    from .. import platform
+    from ..log import logger
 
     device = platform.use_device(local_rank(group) if local is None else local)
     placed = group.allgather((socket.gethostname(), device))
@@ -134,9 +134,9 @@ def communicator_from_group(group, *, policy="dfccl", watchdog_timeout=None,
     gives ``nblocks``, a GPU daemon takes its share of the GPU's resident blocks among the
     ranks on the busiest GPU of the job, each with ``daemons_per_rank`` communicators'
     daemons (torch's process groups: several per rank)."""
-    from . import platform
-    from .communicator import Communicator
-    from .world import MAX_THREADS, WorldConfig, gpu_nblocks
+    from .. import platform
+    from ..host.communicator import Communicator
+    from ..host.world import MAX_THREADS, WorldConfig, gpu_nblocks
 
     if not platform.SIMULATOR:
         on_gpu = choose_gpu(group)

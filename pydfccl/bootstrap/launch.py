@@ -7,7 +7,7 @@ Backends:
 * ``"processes"``: one process per rank. Without a GPU they run the CUDA simulator, peer
   memory in shared-memory segments (the CPU-only path; CI uses it). With GPUs each process
   takes one (rank modulo the GPUs present) and reaches its peers' pools through CUDA IPC;
-  processes that share a GPU need the MPS daemon (``pydfccl.mpi.choose_gpu`` warns).
+  processes that share a GPU need the MPS daemon (``pydfccl.bootstrap.mpi.choose_gpu`` warns).
 
 ``PYDFCCL_BACKEND`` overrides the default choice (threads with a GPU, else processes).
 
@@ -30,11 +30,11 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
-from . import layout as L
-from . import platform
-from .communicator import Communicator
-from .errors import PydfcclError, RankFailedError
-from .world import World, WorldConfig, new_segment
+from ..protocol import layout as L
+from .. import platform
+from ..host.communicator import Communicator
+from ..errors import PydfcclError, RankFailedError
+from ..host.world import World, WorldConfig, new_segment
 
 __all__ = ["launch", "BACKENDS", "default_backend"]
 

@@ -24,7 +24,7 @@ from pydfccl.torch.spawn import spawn_ranks  # noqa: E402
 from pydfccl.torch.streams import DriverStreamOps, StreamGate  # noqa: E402
 
 HERE = Path(__file__).parent
-ROOT = HERE.parent
+ROOT = HERE.parents[1]
 
 
 @pytest.fixture(autouse=True)

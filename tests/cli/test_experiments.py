@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 PATCHES = sorted((ROOT / "scripts" / "experiments").glob("*.patch"))
 
 

@@ -6,13 +6,19 @@ quits voluntarily. The same five functions run on the host, in the model
 (:mod:`pydfccl.sched.model`) and, compiled by Numba, inside the daemon kernel, so what the
 model says is what the GPU does.
 
+Parameters are data: a table of :class:`~pydfccl.sched.params.Param` by name, which the
+host writes into an int64 array (``PARAM_SLOTS`` long) for the daemon. The functions read
+it by name, ``params[QUIT_AFTER]``: each parameter's name is its slot (:mod:`.slots`), so
+the table's order cannot change what a function reads.
+
 Rules for the functions (so that Numba can compile them for the device): integer arithmetic
-only, parameters read from ``params`` (a 1-D int64 array, ``PARAM_SLOTS`` long) by index,
-no Python objects, no globals other than integer constants.
+only, parameters read as ``params[NAME]`` for a declared NAME, no Python objects, no globals
+other than integer constants.
 
 Time is in nanoseconds on the GPU (``%globaltimer``) and in the simulator
 (``perf_counter_ns``), and in ticks in the model (one tick: one check of a primitive's
-condition), so the same functions serve all three; each backend has its own parameters.
+condition), so the same functions serve all three; a ``time`` parameter takes each
+backend's unit (:mod:`.params`).
 
 The five functions, with ``params`` first:
 
@@ -34,13 +40,17 @@ The five functions, with ``params`` first:
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Callable, Dict
+from typing import Callable, Dict, Mapping
 
 import numpy as np
+
+from .params import NEVER, Param, backend
+from .slots import bind, unbound
 
 __all__ = [
     "PARAM_SLOTS",
     "NEVER",
+    "Param",
     "Policy",
     "register",
     "get_policy",
@@ -48,18 +58,20 @@ __all__ = [
 ]
 
 PARAM_SLOTS = 8
-NEVER = 1 << 62  # a wait budget that is never reached
+
+_FUNCTIONS = ("threshold_on_load", "threshold_after_wait", "tries_per_pass", "order_key",
+              "should_quit")
 
 
 @dataclass(frozen=True)
 class Policy:
-    """A named set of policy functions plus their integer parameters.
+    """A named set of policy functions plus their parameter table.
 
-    ``params`` maps parameter names to default values on the GPU (times in nanoseconds);
-    ``sim_params`` overrides some of them for the CPU simulator, whose steps take
-    milliseconds, and ``model_params`` for the model, whose time unit is a tick.
-    Parameters are data, so changing them never recompiles the daemon; the functions are
-    code, so a new policy compiles one new daemon kernel (cached on disk).
+    ``parameters`` maps each name to a :class:`Param`: its value on the GPU (times in
+    nanoseconds), its kind, and where needed its own value on the simulator or the model;
+    the slots follow the table's order, and the functions read them by name. Parameters
+    are data, so changing them never recompiles the daemon; the functions are code, so a
+    new policy compiles one new daemon kernel (cached on disk).
     """
 
     name: str
@@ -68,86 +80,129 @@ class Policy:
     tries_per_pass: Callable
     order_key: Callable
     should_quit: Callable
-    params: Dict[str, int]
-    sim_params: Dict[str, int] = field(default_factory=dict)
-    model_params: Dict[str, int] = field(default_factory=dict)
+    parameters: Mapping[str, Param] = field(default_factory=dict)
     preemptive: bool = True
     # False when ``should_quit`` never says yes: the host then holds device frees while the
     # daemon runs (``platform.deferred_frees``), since each would wait for it.
     quits: bool = True
 
-    def with_params(self, **overrides) -> "Policy":
-        unknown = set(overrides) - set(self.params)
-        if unknown:
-            raise ValueError(f"policy {self.name!r} has no parameter(s) {sorted(unknown)}; "
-                             f"known: {sorted(self.params)}")
-        params = dict(self.params, **overrides)
-        sim = {k: v for k, v in self.sim_params.items() if k not in overrides}
-        model = {k: v for k, v in self.model_params.items() if k not in overrides}
-        return replace(self, params=params, sim_params=sim, model_params=model)
+    def __post_init__(self):
+        table = dict(self.parameters)
+        for name, param in table.items():
+            if not (isinstance(name, str) and name.isidentifier()):
+                raise ValueError(f"policy {self.name!r}: parameter name {name!r} is not an "
+                                 "identifier")
+            if not isinstance(param, Param):
+                raise TypeError(f"policy {self.name!r}: parameter {name}={param!r}: declare "
+                                "it with Param.time, Param.count or Param.flag (its kind says "
+                                "how it carries over to the simulator and the model)")
+        if len(table) > PARAM_SLOTS:
+            raise ValueError(f"policy {self.name!r} has more than {PARAM_SLOTS} parameters")
+        object.__setattr__(self, "parameters", table)
+        for fn in _FUNCTIONS:
+            object.__setattr__(self, fn, bind(getattr(self, fn), self.slots, self.name))
+
+    def __reduce__(self):
+        # the bound copies are not importable by name; the functions as written are
+        return (Policy, (self.name, *map(unbound, self.functions), self.parameters,
+                         self.preemptive, self.quits))
+
+    @property
+    def slots(self) -> Dict[str, int]:
+        """Each parameter's slot in ``param_array``: its place in the table."""
+        return {name: i for i, name in enumerate(self.parameters)}
+
+    def values(self, simulator: bool = False, model: bool = False) -> Dict[str, int]:
+        """Each parameter's value on the GPU, or on the simulator or in the model."""
+        where = backend(simulator, model)
+        return {name: p.on(where) for name, p in self.parameters.items()}
 
     def param_array(self, simulator: bool = False, model: bool = False) -> np.ndarray:
         """The parameters in slot order, as the kernel and the model read them."""
-        values = dict(self.params)
-        if simulator:
-            values.update(self.sim_params)
-        if model:
-            values.update(self.model_params)
-        if len(values) > PARAM_SLOTS:
-            raise ValueError(f"policy {self.name!r} has more than {PARAM_SLOTS} parameters")
         out = np.zeros(PARAM_SLOTS, dtype=np.int64)
-        out[: len(values)] = [int(v) for v in values.values()]
+        out[: len(self.parameters)] = list(self.values(simulator, model).values())
         return out
+
+    def with_params(self, **overrides) -> "Policy":
+        """The policy with some parameters changed, keeping its functions (and compiled
+        daemon). An integer is taken as is on every backend; a :class:`Param` declares the
+        parameter anew, scaled as its kind says."""
+        unknown = set(overrides) - set(self.parameters)
+        if unknown:
+            raise ValueError(f"policy {self.name!r} has no parameter(s) {sorted(unknown)}; "
+                             f"known: {sorted(self.parameters)}")
+        table = dict(self.parameters)
+        for name, value in overrides.items():
+            try:
+                table[name] = value if isinstance(value, Param) else \
+                    Param.fixed(value, table[name].kind)
+            except ValueError as exc:
+                raise ValueError(f"policy {self.name!r}, {name}: {exc}") from None
+        return replace(self, parameters=table)
+
+    # The tables by backend as plain integers, for callers that read them by name.
+    @property
+    def params(self) -> Dict[str, int]:
+        """The GPU's values by name."""
+        return self.values()
+
+    @property
+    def sim_params(self) -> Dict[str, int]:
+        """The simulator's values where they differ from the GPU's."""
+        gpu = self.values()
+        return {k: v for k, v in self.values(simulator=True).items() if v != gpu[k]}
+
+    @property
+    def model_params(self) -> Dict[str, int]:
+        """The model's values where they differ from the GPU's."""
+        gpu = self.values()
+        return {k: v for k, v in self.values(model=True).items() if v != gpu[k]}
 
     @property
     def functions(self):
-        return (self.threshold_on_load, self.threshold_after_wait, self.tries_per_pass,
-                self.order_key, self.should_quit)
+        return tuple(getattr(self, fn) for fn in _FUNCTIONS)
 
 
 # --- dfccl: the paper's stickiness ---------------------------------------------------------
-# params: 0 BASE, 1 FACTOR, 2 NUM_TRY, 3 QUIT_AFTER, 4 PRIORITY_SHIFT, 5 ORDER_BY_ID,
-# 6 HEAD_BASE
 
 def _dfccl_threshold_on_load(params, is_head, try_count):
     """BASE, or for the queue head HEAD_BASE if larger, times the loads so far, up to
     NUM_TRY. The paper gives the head "a high initial threshold so it can wait for its
     peers"; the original code, and our default (HEAD_BASE 0), give it BASE and more tries
     per pass instead (``tries_per_pass``)."""
-    base = max(params[0], params[6]) if is_head else params[0]
-    return base * min(try_count, params[2])
+    base = max(params[BASE], params[HEAD_BASE]) if is_head else params[BASE]
+    return base * min(try_count, params[NUM_TRY])
 
 
 def _dfccl_threshold_after_wait(params, threshold, waited):
-    return max(threshold, params[1] * waited)
+    return max(threshold, params[FACTOR] * waited)
 
 
 def _dfccl_tries_per_pass(params, is_head):
     if is_head:
-        return params[2]
+        return params[NUM_TRY]
     return 1
 
 
 def _priority_then_agreed(params, priority, seq, coll):
-    """Higher priority first; then, with ORDER_BY_ID (params[5]) set, the collective's index,
-    an order every rank agrees on, so that once the same tasks wait everywhere every rank
-    tries the same head (the paper orders by per-rank arrival; set ORDER_BY_ID=0 for that)."""
-    if params[5] != 0:
-        return coll - (priority << params[4])
-    return seq - (priority << params[4])
+    """Higher priority first; then, with ORDER_BY_ID set, the collective's index, an order
+    every rank agrees on, so that once the same tasks wait everywhere every rank tries the
+    same head (the paper orders by per-rank arrival; set ORDER_BY_ID=0 for that)."""
+    if params[ORDER_BY_ID] != 0:
+        return coll - (priority << params[PRIORITY_SHIFT])
+    return seq - (priority << params[PRIORITY_SHIFT])
 
 
 def _quit_after_idle(params, idle):
-    if idle >= params[3]:
+    if idle >= params[QUIT_AFTER]:
         return 1
     return 0
 
 
 # --- fixed: one constant threshold, no stickiness --------------------------------------------
-# params: 0 THRESHOLD, 1-2 unused, 3 QUIT_AFTER, 4 PRIORITY_SHIFT, 5 ORDER_BY_ID
 
 def _fixed_threshold_on_load(params, is_head, try_count):
-    return params[0]
+    return params[THRESHOLD]
 
 
 def _keep_threshold(params, threshold, waited):
@@ -176,12 +231,11 @@ def _never_quit(params, idle):
 # The head is the task every rank most likely runs next, so it gets a budget that grows with
 # how long it has been tried; other tasks are only probed (a tenth of BASE) so that a rank
 # that is ahead does not keep its peers waiting for data it could already send.
-# params: as dfccl
 
 def _patient_head_threshold_on_load(params, is_head, try_count):
     if is_head:
-        return params[0] * min(try_count, 4 * params[2])
-    return max(params[0] // 10, 1)
+        return params[BASE] * min(try_count, 4 * params[NUM_TRY])
+    return max(params[BASE] // 10, 1)
 
 
 _REGISTRY: Dict[str, Policy] = {}
@@ -206,31 +260,31 @@ def policy_names():
     return sorted(_REGISTRY)
 
 
-# Nanoseconds on the GPU; the simulator's steps take milliseconds, so its budgets are larger.
-_STICKY = dict(BASE=20_000, FACTOR=5, NUM_TRY=5, QUIT_AFTER=5_000_000, PRIORITY_SHIFT=40,
-               ORDER_BY_ID=1)
-_STICKY_SIM = dict(BASE=2_000_000, QUIT_AFTER=50_000_000)
-_STICKY_MODEL = dict(BASE=20, QUIT_AFTER=2_000)
+# The idle time after which a daemon quits has values of its own on the simulator (50 ms)
+# and in the model (2,000 ticks), below the scaled 0.5 s and 5,000 ticks, so that idle
+# daemons there quit soon.
+_QUIT_AFTER = Param.time(5_000_000, simulator=50_000_000, model=2_000)
+_STICKY = dict(BASE=Param.time(20_000), FACTOR=Param.count(5), NUM_TRY=Param.count(5),
+               QUIT_AFTER=_QUIT_AFTER, PRIORITY_SHIFT=Param.count(40),
+               ORDER_BY_ID=Param.flag(1))
 # HEAD_BASE 0: the head starts from BASE, as in the original code. On the H200 head budgets
 # of 100 us and 1 ms cut in-order preemptions tenfold and to none without moving the in-order
-# ratio to the nccl policy out of its spread between calls (docs/benchmarks.md, "After
-# midnight, December 1"); it stays a parameter to try (--param HEAD_BASE=NS).
+# ratio to the nccl policy out of its spread between calls (docs/benchmarks.md); it stays a
+# parameter to try (--param HEAD_BASE=NS).
 register(Policy("dfccl", _dfccl_threshold_on_load, _dfccl_threshold_after_wait,
                 _dfccl_tries_per_pass, _priority_then_agreed, _quit_after_idle,
-                dict(_STICKY, HEAD_BASE=0), dict(_STICKY_SIM), dict(_STICKY_MODEL)))
+                dict(_STICKY, HEAD_BASE=Param.time(0))))
 register(Policy("fixed", _fixed_threshold_on_load, _keep_threshold, _once_per_pass,
                 _priority_then_agreed, _quit_after_idle,
-                dict(THRESHOLD=50_000, UNUSED1=0, UNUSED2=0, QUIT_AFTER=5_000_000,
-                     PRIORITY_SHIFT=40, ORDER_BY_ID=1),
-                dict(THRESHOLD=5_000_000, QUIT_AFTER=50_000_000),
-                dict(THRESHOLD=50, QUIT_AFTER=2_000)))
+                dict(THRESHOLD=Param.time(50_000), QUIT_AFTER=_QUIT_AFTER,
+                     PRIORITY_SHIFT=Param.count(40), ORDER_BY_ID=Param.flag(1))))
 register(Policy("nccl", _never_threshold, _keep_threshold, _once_per_pass, _submission_order,
-                _never_quit, dict(UNUSED=0), preemptive=False, quits=False))
+                _never_quit, preemptive=False, quits=False))
 # The launch-per-collective baseline: nccl's behaviour, but the kernel exits as soon as the
 # queue is empty (the host launches it once per collective).
 register(Policy("launch_per_call", _never_threshold, _keep_threshold, _once_per_pass,
-                _submission_order, _quit_after_idle,
-                dict(UNUSED0=0, UNUSED1=0, UNUSED2=0, QUIT_AFTER=0), preemptive=False))
+                _submission_order, _quit_after_idle, dict(QUIT_AFTER=Param.time(0)),
+                preemptive=False))
 register(Policy("patient_head", _patient_head_threshold_on_load, _dfccl_threshold_after_wait,
                 _dfccl_tries_per_pass, _priority_then_agreed, _quit_after_idle,
-                dict(_STICKY), dict(_STICKY_SIM), dict(_STICKY_MODEL)))
+                dict(_STICKY)))

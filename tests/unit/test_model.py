@@ -100,7 +100,8 @@ def test_dfccl_can_give_the_queue_head_a_higher_first_budget():
     on_load = dfccl.threshold_on_load
     for backend in (dict(), dict(simulator=True), dict(model=True)):
         params = dfccl.param_array(**backend)
-        assert on_load(params, 1, 1) == on_load(params, 0, 1) == params[0]
+        base = dfccl.values(**backend)["BASE"]
+        assert on_load(params, 1, 1) == on_load(params, 0, 1) == base
     head = dfccl.with_params(HEAD_BASE=100_000).param_array()
     assert [on_load(head, 1, t) for t in (1, 2, 5, 9)] == [100_000, 200_000, 500_000, 500_000]
     assert [on_load(head, 0, t) for t in (1, 2, 5, 9)] == [20_000, 40_000, 100_000, 100_000]
@@ -283,7 +284,7 @@ def test_a_wait_before_its_submission_is_refused():
 def _late_peer(first):
     """Rank 0 submits collective 0, then does ``first``; rank 1 submits it only after rank
     0's daemon has given up on it and quit (ten quit times later)."""
-    quit_after = policies.get_policy("dfccl").model_params["QUIT_AFTER"]
+    quit_after = policies.get_policy("dfccl").values(model=True)["QUIT_AFTER"]
     sched = Schedule(2, {0: Collective()}, [[submit(0), *first, WAIT_ALL],
                                             [submit(0), WAIT_ALL]])
     return run_schedule(sched, "dfccl", start_ticks=[0, 10 * quit_after])
@@ -321,7 +322,7 @@ def test_hypothesis_finds_programs_that_only_stream_waits_deadlock():
     that completes when every wait is the host's and does not with GPU stream waits."""
     hypothesis = pytest.importorskip("hypothesis")
     st = hypothesis.strategies
-    quit_after = policies.get_policy("dfccl").model_params["QUIT_AFTER"]
+    quit_after = policies.get_policy("dfccl").values(model=True)["QUIT_AFTER"]
 
     @st.composite
     def programs(draw):

@@ -1,0 +1,96 @@
+"""How a policy's functions read parameters by name: ``params[QUIT_AFTER]``.
+
+A policy lays its parameters out in the order it declares them, one int64 slot each. For
+every function it runs, :func:`bind` makes a copy whose globals also hold each parameter's
+name as its slot number, so ``params[QUIT_AFTER]`` reads the slot that the policy's own
+array (``Policy.param_array``) fills with QUIT_AFTER, wherever the table puts it. Numba
+takes an integer global as a constant, so the compiled daemon indexes exactly as with a
+literal, and ``kernels/compiler.py``'s cache key, which hashes the integers a function
+reads, follows the layout.
+
+A copy per policy, not names written into the function's module: two policies that share a
+function may lay their parameters out differently. The copy sees the module as it is when
+the policy is made, so make the policy after everything its functions use.
+
+:func:`bind` refuses what would read the wrong value: ``params[3]`` (a position, which a
+reordered table silently changes), ``params[NAME]`` for a NAME the policy does not
+declare, and a parameter named like a module global that the function reads.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+import types
+from typing import Callable, Dict, Mapping, Tuple
+
+__all__ = ["bind", "unbound"]
+
+_BOUND: Dict[Tuple[Callable, Tuple[Tuple[str, int], ...]], Callable] = {}
+
+
+def unbound(fn: Callable) -> Callable:
+    """The function as its author wrote it (``fn`` itself unless :func:`bind` made it)."""
+    return getattr(fn, "_pydfccl_unbound", fn)
+
+
+def bind(fn: Callable, slots: Mapping[str, int], policy: str = "") -> Callable:
+    """``fn`` reading each parameter name as its slot in ``slots``; the same object for the
+    same function and layout, so that a policy with new values keeps its compiled daemon."""
+    original = unbound(fn)
+    layout = tuple(slots.items())
+    bound = _BOUND.get((original, layout))
+    if bound is None:
+        _check_reads(original, slots, policy)
+        scope = dict(original.__globals__)
+        scope.update(slots)
+        bound = types.FunctionType(original.__code__, scope, original.__name__,
+                                   original.__defaults__, original.__closure__)
+        bound.__kwdefaults__ = original.__kwdefaults__
+        bound.__qualname__ = original.__qualname__
+        bound.__module__ = original.__module__
+        bound.__doc__ = original.__doc__
+        bound._pydfccl_unbound = original
+        _BOUND[(original, layout)] = bound
+    return bound
+
+
+def _check_reads(fn: Callable, slots: Mapping[str, int], policy: str) -> None:
+    where = f"policy {policy!r}, {fn.__qualname__}"
+    for name in slots:
+        if name in fn.__code__.co_names and name in fn.__globals__:
+            raise ValueError(f"{where}: parameter {name} has the name of a global the "
+                             f"function reads ({fn.__module__}.{name}); rename one")
+    tree = _syntax(fn)
+    if tree is None or not tree.args.args:
+        return
+    params = tree.args.args[0].arg
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name)
+                and node.value.id == params):
+            continue
+        index = node.slice
+        if isinstance(index, ast.Name) and index.id in slots:
+            if not isinstance(node.ctx, ast.Load):
+                raise ValueError(f"{where}: writes {params}[{index.id}]; parameters are "
+                                 "read-only")
+            continue
+        read = f"{where}: reads {params}[{ast.unparse(index)}]"
+        if isinstance(index, ast.Constant):
+            raise ValueError(f"{read} by position; read it by name, as in params[QUIT_AFTER]")
+        if isinstance(index, ast.Name):
+            raise ValueError(f"{read}, which the policy does not declare (it declares "
+                             f"{sorted(slots)})")
+        raise ValueError(f"{read}; index {params} with a declared parameter's name")
+
+
+def _syntax(fn: Callable):
+    """The function's definition as a syntax tree, or None when its source is not at hand
+    (a lambda, a function typed into a prompt)."""
+    try:
+        source = textwrap.dedent(inspect.getsource(fn))
+        node = ast.parse(source).body[0]
+    except (OSError, TypeError, SyntaxError, IndexError):
+        return None
+    return node if isinstance(node, ast.FunctionDef) else None

@@ -243,11 +243,7 @@ def main(argv: list[str]) -> int:
             return 2
         from .replay import replay_main
         return replay_main(args)
-    try:
-        _, params = chosen_policy(args)
-    except ValueError as exc:
-        print(f"error: --param {exc}", file=sys.stderr)
-        return 2
+    _, params = chosen_policy(args)
     opts = DemoOptions(nranks=args.nranks, colls=args.colls, iters=args.iters, count=args.count,
                        dtype=args.dtype, policy=args.policy, params=tuple(params.items()),
                        sync=args.sync, seed=args.seed, in_order=args.in_order, align=args.align,

@@ -6,6 +6,7 @@ import argparse
 
 from ..sched.choice import parse_params
 from ..sched.policies import Policy, get_policy, policy_names
+from .exits import UsageError
 
 __all__ = ["add_policy_options", "parse_params", "chosen_policy"]
 
@@ -19,6 +20,9 @@ def add_policy_options(p: argparse.ArgumentParser) -> None:
 
 def chosen_policy(args: argparse.Namespace) -> tuple[Policy, dict]:
     """The policy ``--policy`` names with ``--param``'s overrides, and the overrides
-    ({name: int}); ValueError names a malformed item or a parameter the policy lacks."""
-    params = parse_params(args.param)
-    return get_policy(args.policy).with_params(**params), params
+    ({name: int}). A malformed item or a parameter the policy lacks is a UsageError."""
+    try:
+        params = parse_params(args.param)
+        return get_policy(args.policy).with_params(**params), params
+    except ValueError as exc:
+        raise UsageError(f"--param {exc}") from None

@@ -462,11 +462,7 @@ def main(argv: list[str]) -> int:
         from .bench import main as latency_main
         return latency_main(argv[1:])
     args = build_parser().parse_args(argv)
-    try:
-        _, params = chosen_policy(args)
-    except ValueError as exc:
-        print(f"bench: --param {exc}", file=sys.stderr)
-        return 2
+    _, params = chosen_policy(args)
     opts = SweepOptions(coll=args.coll, nranks=args.nranks, minbytes=args.minbytes,
                         maxbytes=args.maxbytes, stepfactor=args.stepfactor, iters=args.iters,
                         warmup=args.warmup, check=bool(args.check), dtype=args.datatype,

@@ -238,8 +238,11 @@ def test_param_reaches_the_daemons_of_bench_latency_and_the_demo(monkeypatch, ca
     assert daemon.name == "dfccl" and daemon.params["HEAD_BASE"] == 20000
     assert baseline == "nccl"
     assert "submit to future completion, HEAD_BASE=20000" in capsys.readouterr().out
-    assert bench.main(["--param", "NOPE=1"]) == 2
-    assert "has no parameter(s) ['NOPE']" in capsys.readouterr().err
+    assert cli.main(["bench", "latency", "--param", "NOPE=1"]) == 2
+    assert capsys.readouterr().err == (
+        "python -m pydfccl bench: error: --param policy 'dfccl' has no parameter(s) "
+        "['NOPE']; known: ['BASE', 'FACTOR', 'HEAD_BASE', 'NUM_TRY', 'ORDER_BY_ID', "
+        "'PRIORITY_SHIFT', 'QUIT_AFTER']\n")       # one line, no traceback
 
     seen = []
 

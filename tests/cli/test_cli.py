@@ -246,8 +246,8 @@ def test_param_reaches_the_daemons_of_bench_latency_and_the_demo(monkeypatch, ca
 
     seen = []
 
-    def run_demo(opts, backend=None, watchdog_timeout=None, **config):
-        seen.append(demo._policy(opts))
+    def run_demo(opts, backend=None, watchdog_timeout=None, group=None, **config):
+        seen.append(opts.policy)
         raise demo.RankFailedError(0, "stopped here")
 
     monkeypatch.setattr(demo, "run_demo", run_demo)
@@ -343,7 +343,7 @@ def test_nblocks_reaches_the_worlds_of_bench_latency_and_the_demo(monkeypatch, c
 
     configs = []
 
-    def run_demo(opts, backend=None, watchdog_timeout=None, **config):
+    def run_demo(opts, backend=None, watchdog_timeout=None, group=None, **config):
         configs.append(config)
         raise demo.RankFailedError(0, "stopped here")
 
@@ -365,3 +365,76 @@ def test_demo_summary_gives_the_median_iteration_beside_the_mean():
     text = summarize(DemoOptions(nranks=2, colls=1, iters=3), ranks)
     assert "of which 135.33 ms from a rank's first submission" in text
     assert "median iteration 3.00 ms, the first 400.00 ms" in text
+
+
+def test_demo_passes_the_policy_the_parser_built_down_to_launch(monkeypatch, capsys):
+    """The policy is built once, from --policy and --param, and that very object reaches
+    ``launch``: nothing on the way looks it up again by name."""
+    from pydfccl.cli import demo
+
+    built, launched = [], []
+    real = demo.chosen_policy
+
+    def chosen_policy(args):
+        built.append(real(args))
+        return built[-1]
+
+    def launch(worker, nranks, *, policy, **kw):
+        launched.append(policy)
+        raise demo.RankFailedError(0, "stopped here")
+
+    monkeypatch.setattr(demo, "chosen_policy", chosen_policy)
+    monkeypatch.setattr(demo, "launch", launch)
+    assert cli.main(["demo", "-n", "2", "-i", "1", "--param", "BASE=7"]) == 1
+    ((policy, overrides),) = built
+    assert launched == [policy] and launched[0] is policy
+    assert policy.params["BASE"] == 7 and overrides == {"BASE": 7}
+    assert "FAILED: rank 0: stopped here" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["-n", "4", "-k", "3"], "100% disorder needs at least as many collectives (3) as ranks "
+                             "(4)"),
+    (["--kinds", "all_reduce,teleport"], "--kinds: unknown collective kind(s) ['teleport']"),
+    (["--nblocks", "0"], "--nblocks must be in 1..32"),
+    (["--param", "BASE"], "--param 'BASE': expected NAME=INTEGER"),
+    (["--schedule", "x.json", "--param", "BASE=1"], "--param does not apply to a --schedule "
+                                                    "replay"),
+    (["--schedule", "no/such/schedule.json"], "--schedule no/such/schedule.json: [Errno 2] "
+                                              "No such file or directory"),
+])
+def test_demo_names_a_bad_argument_in_one_line_and_exits_2(argv, message, capsys):
+    assert cli.main(["demo"] + argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("python -m pydfccl demo: error: " + message), err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_demo_schedule_that_does_not_parse_is_a_usage_error(tmp_path, capsys):
+    broken, not_one = tmp_path / "broken.json", tmp_path / "not_one.json"
+    broken.write_text('{"nranks": 2, "collectives": ')
+    not_one.write_text('{"nranks": 2}')
+    for path, why in ((broken, "JSONDecodeError"), (not_one, "KeyError: 'collectives'")):
+        assert cli.main(["demo", "--schedule", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"python -m pydfccl demo: error: --schedule {path}: not a "
+                              f"schedule ({why}"), err
+        assert err.count("\n") == 1
+
+
+def test_demo_replays_a_schedule_beside_the_model(tmp_path, capsys):
+    """``demo --schedule FILE``: the engine's run and the model's prediction, a line each."""
+    import json
+
+    schedule = dict(nranks=2, collectives={"0": dict(count=20), "1": dict(count=20)},
+                    ranks=[[dict(op="submit", coll=0), dict(op="submit", coll=1)],
+                           [dict(op="submit", coll=1), dict(op="sync"),
+                            dict(op="submit", coll=0)]])
+    path = tmp_path / "two.json"
+    path.write_text(json.dumps(schedule))
+    assert cli.main(["demo", "--schedule", str(path)]) == 0
+    engine, model = capsys.readouterr().out.splitlines()
+    assert engine.startswith(f"schedule {path} (2 ranks, 2 all-reduces of float32, policy "
+                             "dfccl) on the CUDA simulator: completed in ")
+    assert "4 results verified" in engine
+    assert model.startswith("model (dfccl): completed after ")

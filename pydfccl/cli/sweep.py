@@ -35,11 +35,10 @@ baseline also the median of its ratios to the daemon within a cycle (``x paired`
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 
 import numpy as np
 
@@ -49,86 +48,18 @@ from ..host.gcpause import gc_paused
 from ..bootstrap.group import close_all, init_all, start_all
 from ..kernels.plans import one_shot_limit
 from ..bootstrap.launch import BACKENDS, default_backend, launch
-from ..protocol.reference import buffer_elems, reference
+from ..protocol.reference import buffer_elems
 from .options import add_policy_options, chosen_policy
 from ..sched.policies import get_policy
 from ..host.world import machine_sizes
+from .sweep_spec import (SAME_FOR_EVERY_RANK, SweepOptions, bus_factor, expected_output, sizes,
+                         sweep_input)
 
 __all__ = ["SweepOptions", "bus_factor", "sizes", "sweep_worker", "run_sweep", "add_hbm",
            "format_hbm_table", "hbm_report", "main"]
 
 BASELINES = {"launch": dict(policy="nccl", persistent=False), "nccl": dict(policy="nccl")}
 HBM_MODES = ("daemon", "launch", "nccl")    # pydfccl's kernels: the step plan hbm.py walks
-
-
-@dataclass(frozen=True)
-class SweepOptions:
-    coll: str = "all_reduce"
-    nranks: int = 2
-    minbytes: int = 8
-    maxbytes: int = 1 << 20
-    stepfactor: int = 2
-    iters: int = 20
-    warmup: int = 5
-    check: bool = True
-    dtype: str = "float32"
-    op: str = "sum"
-    root: int = 0
-    policy: str = "dfccl"
-    params: dict = field(default_factory=dict)  # the daemon policy's parameter overrides
-    progress: bool = True
-    world: dict = field(default_factory=dict)   # WorldConfig sizes (nblocks, slot_bytes, ...)
-
-
-def bus_factor(coll: str, nranks: int) -> float:
-    """nccl-tests' busbw / algbw for ``coll`` on ``nranks`` ranks."""
-    if coll == "all_reduce":
-        return 2 * (nranks - 1) / nranks
-    if coll in ("all_gather", "reduce_scatter", "all_to_all"):
-        return (nranks - 1) / nranks
-    return 1.0
-
-
-def count_for(coll: str, nbytes: int, itemsize: int, nranks: int) -> int:
-    """Elements per rank (``prepare``'s count) for a size in nccl-tests' sense."""
-    per_rank = nranks if coll in ("all_gather", "reduce_scatter", "all_to_all") else 1
-    return max(1, nbytes // (itemsize * per_rank))
-
-
-def sizes(opts: SweepOptions) -> list[tuple[int, int]]:
-    """(size in bytes, count) for each step of the sweep; sizes that round to the same
-    count are measured once."""
-    itemsize = np.dtype(opts.dtype).itemsize
-    out, nbytes = [], opts.minbytes
-    while nbytes <= opts.maxbytes:
-        count = count_for(opts.coll, nbytes, itemsize, opts.nranks)
-        if not out or out[-1][1] != count:
-            send, recv = buffer_elems(opts.coll, count, opts.nranks)
-            out.append((max(send, recv) * itemsize, count))
-        nbytes *= max(2, opts.stepfactor)
-    return out
-
-
-def _input(rank: int, elems: int, dtype: str) -> np.ndarray:
-    """Small integers: every op is exact in every dtype, at any rank count. Element i is
-    (i + rank) % 3 + 1, a pattern repeated rather than computed: at 128 MiB a computed one
-    took seconds a rank on the host, where the GPU's sweep waits."""
-    pattern = ((np.arange(3 << 12) + rank) % 3 + 1).astype(dtype)   # a period: 3 elements
-    return np.tile(pattern, -(-elems // pattern.size))[:elems]
-
-
-# Kinds whose every rank gets the same output: one expected array serves all ranks.
-_SAME_FOR_EVERY_RANK = ("all_reduce", "all_gather", "broadcast")
-
-
-@functools.lru_cache(maxsize=8)
-def _expected(coll: str, nranks: int, send_elems: int, dtype: str, op: str, root: int,
-              rank: int):
-    """Rank ``rank``'s expected output. Cached: each cycle of ``-N`` and each rank of a kind
-    in ``_SAME_FOR_EVERY_RANK`` checks against the same array, computed once (numpy's
-    reduction of 4 ranks x 128 MiB takes seconds)."""
-    inputs = [_input(r, send_elems, dtype) for r in range(nranks)]
-    return reference(coll, inputs, op, root, rank)
 
 
 def sweep_ranks(comms: list, start, opts: SweepOptions, steps: list) -> list[list[dict]]:
@@ -182,7 +113,7 @@ def sweep_worker(comm, opts: SweepOptions, steps: list) -> list[dict]:
 def _buffers(comm, opts: SweepOptions, count: int) -> tuple:
     send_elems, recv_elems = buffer_elems(opts.coll, count, comm.nranks)
     send = comm.empty(send_elems, opts.dtype)
-    platform.copy_in(send, _input(comm.rank, send_elems, opts.dtype))
+    platform.copy_in(send, sweep_input(comm.rank, send_elems, opts.dtype))
     return send, comm.empty(recv_elems, opts.dtype)
 
 
@@ -196,8 +127,8 @@ def _wrong(comm, opts: SweepOptions, count: int, buffers: tuple) -> int:
     if not opts.check:
         return -1
     send_elems, _ = buffer_elems(opts.coll, count, comm.nranks)
-    rank = 0 if opts.coll in _SAME_FOR_EVERY_RANK else comm.rank
-    want = _expected(opts.coll, comm.nranks, send_elems, opts.dtype, opts.op, opts.root, rank)
+    rank = 0 if opts.coll in SAME_FOR_EVERY_RANK else comm.rank
+    want = expected_output(opts.coll, comm.nranks, send_elems, opts.dtype, opts.op, opts.root, rank)
     got = platform.to_numpy(buffers[1], opts.dtype)
     return 0 if want is None else int(np.count_nonzero(got[:want.size] != want))
 

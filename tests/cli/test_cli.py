@@ -45,20 +45,38 @@ def test_bench_inputs_repeat_their_pattern_and_expected_outputs_are_shared():
     hundreds of MiB); the expected output of a kind every rank shares is computed once."""
     import numpy as np
 
-    from pydfccl.cli import sweep
+    from pydfccl.cli import sweep, sweep_spec
 
     for elems in (0, 1, 5, 3 << 12, (3 << 12) + 1, 40_000):
         for rank in range(4):
-            got = sweep._input(rank, elems, "int8")
+            got = sweep_spec.sweep_input(rank, elems, "int8")
             assert got.dtype == np.int8
             assert np.array_equal(got, (np.arange(elems) + rank) % 3 + 1)
-    opts = sweep.SweepOptions(coll="all_reduce", nranks=3)
-    sweep._expected.cache_clear()
+    opts = sweep_spec.SweepOptions(coll="all_reduce", nranks=3)
+    sweep_spec.expected_output.cache_clear()
     for rank in range(3):
         comm = type("Comm", (), dict(rank=rank, nranks=3))()
-        buffers = (None, sweep._input(0, 10, "float32") * 0 + 6)   # 1 + 2 + 3 everywhere
+        buffers = (None, sweep_spec.sweep_input(0, 10, "float32") * 0 + 6)   # 1 + 2 + 3
         assert sweep._wrong(comm, opts, 10, buffers) == 0
-    assert sweep._expected.cache_info().misses == 1
+    assert sweep_spec.expected_output.cache_info().misses == 1
+
+
+def test_the_torch_baseline_and_the_sweep_share_a_module_not_each_other():
+    """``torch.nccl_bench`` takes the sweep's inputs from ``cli.sweep_spec``; neither it nor
+    that module imports the sweep's command (no cycle, no private names across)."""
+    import ast
+    import pathlib
+
+    import pydfccl
+
+    root = pathlib.Path(pydfccl.__file__).parent
+    for path in (root / "torch" / "nccl_bench.py", root / "cli" / "sweep_spec.py"):
+        imported = {node.module for node in ast.walk(ast.parse(path.read_text()))
+                    if isinstance(node, ast.ImportFrom) and node.module}
+        assert not {m for m in imported if m.endswith("cli.sweep") or m == "sweep"}, path
+        names = [alias.name for node in ast.walk(ast.parse(path.read_text()))
+                 if isinstance(node, ast.ImportFrom) for alias in node.names]
+        assert not [n for n in names if n.startswith("_") and n != "__future__"], path
 
 
 def test_bench_sweeps_sizes_in_nccl_tests_form(tmp_path, capsys):

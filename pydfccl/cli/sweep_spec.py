@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..protocol.reference import buffer_elems, reference
+from ..sched.policies import Policy
 
 __all__ = ["SweepOptions", "bus_factor", "count_for", "sizes", "sweep_input",
            "expected_output", "SAME_FOR_EVERY_RANK"]
@@ -28,8 +29,7 @@ class SweepOptions:
     dtype: str = "float32"
     op: str = "sum"
     root: int = 0
-    policy: str = "dfccl"
-    params: dict = field(default_factory=dict)  # the daemon policy's parameter overrides
+    policy: Policy | str = "dfccl"    # the daemon's: an object (with --param's) or a name
     progress: bool = True
     world: dict = field(default_factory=dict)   # WorldConfig sizes (nblocks, slot_bytes, ...)
 

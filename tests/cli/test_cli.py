@@ -45,7 +45,7 @@ def test_bench_inputs_repeat_their_pattern_and_expected_outputs_are_shared():
     hundreds of MiB); the expected output of a kind every rank shares is computed once."""
     import numpy as np
 
-    from pydfccl.cli import sweep, sweep_spec
+    from pydfccl.cli import sweep_measure, sweep_spec
 
     for elems in (0, 1, 5, 3 << 12, (3 << 12) + 1, 40_000):
         for rank in range(4):
@@ -57,7 +57,7 @@ def test_bench_inputs_repeat_their_pattern_and_expected_outputs_are_shared():
     for rank in range(3):
         comm = type("Comm", (), dict(rank=rank, nranks=3))()
         buffers = (None, sweep_spec.sweep_input(0, 10, "float32") * 0 + 6)   # 1 + 2 + 3
-        assert sweep._wrong(comm, opts, 10, buffers) == 0
+        assert sweep_measure._wrong(comm, opts, 10, buffers) == 0
     assert sweep_spec.expected_output.cache_info().misses == 1
 
 
@@ -211,7 +211,7 @@ def test_bench_rows_gain_the_hbm_keys_and_keep_the_old_ones(monkeypatch, tmp_pat
 
 
 def test_bench_param_overrides_the_daemon_policy_only(monkeypatch, capsys):
-    from pydfccl.cli import sweep
+    from pydfccl.cli import sweep_measure
 
     seen = {}
 
@@ -221,7 +221,7 @@ def test_bench_param_overrides_the_daemon_policy_only(monkeypatch, capsys):
         return [[dict(seconds=1e-3, wrong=0, preemptions=0, launches=0) for _ in steps]
                 for _ in range(nranks)]
 
-    monkeypatch.setattr(sweep, "launch", fake_launch)
+    monkeypatch.setattr(sweep_measure, "launch", fake_launch)
     assert cli.main(["bench", "--nranks", "2", "-b", "8", "-e", "8", "--baseline", "nccl",
                      "--driver", "threads", "--no-hbm", "--no-progress",
                      "--param", "BASE=123456", "--param", "NUM_TRY=2"]) == 0
@@ -306,7 +306,7 @@ def test_bench_cycles_alternate_the_modes_and_report_each_sizes_median(monkeypat
     the fastest and slowest times beside it, and #wrong summed over the cycles."""
     import json
 
-    from pydfccl.cli import sweep
+    from pydfccl.cli import sweep_measure
 
     order, seconds = [], iter([3e-3, 5e-3, 1e-3, 6e-3, 2e-3, 4e-3])   # daemon, nccl, ...
 
@@ -316,7 +316,7 @@ def test_bench_cycles_alternate_the_modes_and_report_each_sizes_median(monkeypat
         return [[dict(seconds=t, wrong=1 if t == 1e-3 else 0, preemptions=0, launches=0)
                  for _ in kw["args"][1]] for _ in range(nranks)]
 
-    monkeypatch.setattr(sweep, "launch", fake_launch)
+    monkeypatch.setattr(sweep_measure, "launch", fake_launch)
     out_json = tmp_path / "b.json"
     assert cli.main(["bench", "--nranks", "2", "-b", "8", "-e", "8", "-N", "3", "--baseline",
                      "nccl", "--driver", "threads", "--no-hbm", "--no-progress",
@@ -456,3 +456,74 @@ def test_demo_replays_a_schedule_beside_the_model(tmp_path, capsys):
                              "dfccl) on the CUDA simulator: completed in ")
     assert "4 results verified" in engine
     assert model.startswith("model (dfccl): completed after ")
+
+
+def test_bench_passes_the_policy_the_parser_built_down_to_launch(monkeypatch, capsys):
+    from pydfccl.cli import sweep, sweep_measure
+
+    built, launched = [], []
+    real = sweep.chosen_policy
+
+    def chosen_policy(args):
+        built.append(real(args))
+        return built[-1]
+
+    def fake_launch(worker, nranks, *, policy, **kw):
+        launched.append(policy)
+        return [[dict(seconds=1e-3, wrong=0, preemptions=0, launches=0) for _ in kw["args"][1]]
+                for _ in range(nranks)]
+
+    monkeypatch.setattr(sweep, "chosen_policy", chosen_policy)
+    monkeypatch.setattr(sweep_measure, "launch", fake_launch)
+    assert cli.main(["bench", "-b", "8", "-e", "8", "--baseline", "none", "--no-hbm",
+                     "--param", "NUM_TRY=3"]) == 0
+    ((policy, _),) = built
+    assert len(launched) == 1 and launched[0] is policy and policy.params["NUM_TRY"] == 3
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["-N", "0"], "-N/--cycles must be at least 1, got 0"),
+    (["-r", "2"], "root 2 out of range for 2 ranks"),
+    (["--slot-bytes", "20"], "--slot-bytes must be a positive multiple of 16"),
+    (["--nblocks", "0"], "--nblocks must be in 1..32"),
+    (["--backend", "threads"], "--backend threads needs a GPU"),
+    (["--param", "NOPE=1"], "--param policy 'dfccl' has no parameter(s) ['NOPE']"),
+])
+def test_bench_names_a_bad_argument_in_one_line_and_exits_2(argv, message, capsys):
+    from pydfccl import platform
+
+    if "--backend" in argv and platform.gpu_available():
+        pytest.skip("a GPU runs the threads backend")
+    assert cli.main(["bench"] + argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("python -m pydfccl bench: error: " + message), err
+    assert err.count("\n") == 1
+
+
+def test_bench_whose_hbm_table_fails_still_writes_its_rows_and_exits_1(monkeypatch, tmp_path,
+                                                                       capsys):
+    """The HBM table is an extra: when it fails, its traceback is shown, the rows are still
+    written, and the exit status says the run was not clean."""
+    import json
+
+    from pydfccl.cli import sweep, sweep_measure
+
+    def fake_launch(worker, nranks, *, policy, **kw):
+        return [[dict(seconds=1e-3, wrong=0, preemptions=0, launches=0) for _ in kw["args"][1]]
+                for _ in range(nranks)]
+
+    def broken(results, opts, backend):
+        raise RuntimeError("no copy engine today")
+
+    monkeypatch.setattr(sweep_measure, "launch", fake_launch)
+    monkeypatch.setattr(sweep, "hbm_report", broken)
+    out_json = tmp_path / "b.json"
+    assert cli.main(["bench", "-b", "8", "-e", "16", "--baseline", "none",
+                     "--json", str(out_json)]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "RuntimeError: no copy engine today" in err
+    assert "bench: the HBM efficiency table failed" in err
+    options = json.loads(out_json.read_text())["options"]
+    assert [r["size"] for r in json.loads(out_json.read_text())["rows"]] == [8, 16]
+    assert options["policy"]["name"] == "dfccl" and options["policy"]["params"]["BASE"] > 0

@@ -65,15 +65,17 @@ def check_backend(backend: str | None) -> None:
                          "rank: --backend processes)")
 
 
-def check_world_sizes(nranks: int, **sizes) -> None:
+def check_world_sizes(nranks: int, flags: dict | None = None, **sizes) -> None:
     """World sizes given on the command line (None: the default), checked as
-    :class:`WorldConfig` will check them in the launch."""
+    :class:`WorldConfig` will check them in the launch; the message names the option,
+    ``--slot-bytes`` for slot_bytes or what ``flags`` maps a size to."""
     given = {k: v for k, v in sizes.items() if v is not None}
     try:
         WorldConfig(nranks, simulator=not platform.gpu_available(), **given)
     except ValueError as exc:
         name, _, rest = str(exc).replace("WorldConfig: ", "").partition(" ")
-        flag = f"--{name.replace('_', '-')}" if name in given else name
+        flag = (flags or {}).get(name) or (f"--{name.replace('_', '-')}" if name in given
+                                           else name)
         raise UsageError(f"{flag} {rest}") from None
 
 

@@ -527,3 +527,21 @@ def test_bench_whose_hbm_table_fails_still_writes_its_rows_and_exits_1(monkeypat
     options = json.loads(out_json.read_text())["options"]
     assert [r["size"] for r in json.loads(out_json.read_text())["rows"]] == [8, 16]
     assert options["policy"]["name"] == "dfccl" and options["policy"]["params"]["BASE"] > 0
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["-k", "0"], "--nranks, --iters, --count and --colls must be at least 1"),
+    (["-k", "500"], "-k/--colls must be in 1..128"),
+    (["--nthreads", "0"], "--nthreads must be in 1.."),
+    (["--driver", "one"], "--driver one needs a GPU"),
+    (["--param", "HEAD_BASE"], "--param 'HEAD_BASE': expected NAME=INTEGER"),
+])
+def test_bench_latency_names_a_bad_argument_in_one_line_and_exits_2(argv, message, capsys):
+    from pydfccl import platform
+
+    if "--driver" in argv and platform.gpu_available():
+        pytest.skip("a GPU runs one thread for every rank")
+    assert cli.main(["bench", "latency"] + argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("python -m pydfccl bench: error: " + message), err
+    assert err.count("\n") == 1

@@ -345,10 +345,10 @@ def run_soak(opts: SoakOptions, backend: str | None = None) -> SoakReport:
         n = report.schedules
         if n & (n - 1) == 0:    # after 1, 2, 4, 8, ... schedules: a leak grows, a cache levels
             report.resources.append(resource_sample(f"after {n} schedule{'s' * (n > 1)}"))
-        if bar:
+        if bar is not None:     # a tqdm without a total (--seconds) has no truth value
             bar.update(1)
             bar.set_postfix(verified=report.verified, wrong=len(report.wrong))
-    if bar:
+    if bar is not None:
         bar.close()
     report.seconds = time.perf_counter() - started
     report.resources.append(resource_sample("at the end"))

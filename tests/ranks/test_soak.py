@@ -48,6 +48,33 @@ def test_threads_and_launches_stay_bounded():
     assert out["stats"]["launches"] <= 400
 
 
+def _soak_summary(out: str) -> tuple:
+    """(submitted, completed, lost, verified, wrong) from the soak's summary."""
+    runs = re.search(r"runs: (\d+) submitted on all ranks, (\d+) completed, (\d+) lost; "
+                     r"outputs verified: (\d+) .*, wrong: (\d+)", out)
+    assert runs, out
+    return tuple(map(int, runs.groups()))
+
+
+def test_soak_for_some_seconds_as_a_user_types_it():
+    """``python -m pydfccl soak --seconds 5``, exactly: its progress bar has no total (no
+    schedule count), which crashed the command after its first schedule."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "pydfccl", "soak", "--seconds", "5"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert "pydfccl soak on the " in done.stdout and ": 5 s, 2.." in done.stdout
+    assert re.search(r"soak on the .*: \d+ schedules? \(seed 0, policy dfccl\) in ",
+                     done.stdout), done.stdout
+    submitted, completed, lost, verified, wrong = _soak_summary(done.stdout)
+    assert submitted == completed > 0 and lost == 0 and wrong == 0 and verified > 0
+    assert "OK: every output verified, nothing lost" in done.stdout
+    assert "schedule/s" in done.stderr or "schedule [" in done.stderr     # the bar ran
+
+
 def test_soak_command_short_form(capsys):
     from pydfccl.cli import soak
 

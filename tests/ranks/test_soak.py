@@ -75,6 +75,44 @@ def test_soak_for_some_seconds_as_a_user_types_it():
     assert "schedule/s" in done.stderr or "schedule [" in done.stderr     # the bar ran
 
 
+def test_soak_names_a_bad_argument_in_one_line_and_exits_2(capsys):
+    from pydfccl import cli
+
+    for argv, message in ((["--max-ranks", "1"], "--max-ranks must be at least 2"),
+                          (["--seconds", "0"], "--seconds must be more than 0"),
+                          (["--param", "NOPE=1"], "--param policy 'dfccl' has no parameter")):
+        assert cli.main(["soak"] + argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("python -m pydfccl soak: error: " + message), err
+        assert err.count("\n") == 1
+
+
+def test_soak_passes_the_policy_the_parser_built_down_to_launch(monkeypatch, capsys):
+    from pydfccl import cli
+    from pydfccl.cli import soak, soak_run
+
+    built, launched = [], []
+    real = soak.chosen_policy
+
+    def chosen_policy(args):
+        built.append(real(args))
+        return built[-1]
+
+    def launch(worker, nranks, *, policy, **kw):
+        launched.append(policy)
+        stats = dict(completed=1, preemptions=0, relaunches=0, dropped_buffers=0)
+        return [dict(rank=r, submitted=1, verified=1, wrong=[], stats=stats)
+                for r in range(nranks)]
+
+    monkeypatch.setattr(soak, "chosen_policy", chosen_policy)
+    monkeypatch.setattr(soak_run, "launch", launch)
+    assert cli.main(["soak", "-s", "2", "--param", "BASE=9"]) == 0
+    ((policy, overrides),) = built
+    assert launched == [policy, policy] and all(p is policy for p in launched)
+    assert policy.params["BASE"] == 9 and overrides == {"BASE": 9}
+    assert "policy dfccl BASE=9" in capsys.readouterr().out
+
+
 def test_soak_command_short_form(capsys):
     from pydfccl.cli import soak
 

@@ -79,17 +79,21 @@ def test_the_torch_baseline_and_the_sweep_share_a_module_not_each_other():
         assert not [n for n in names if n.startswith("_") and n != "__future__"], path
 
 
-def test_bench_sweeps_sizes_in_nccl_tests_form(tmp_path, capsys):
+def test_bench_sweeps_sizes_in_nccl_tests_form(tmp_path, capfd):
+    """As a user runs it, the progress bar on: rank 0's process draws it on stderr, and
+    the tables on stdout read as without it."""
     import json
 
     from pydfccl.cli.sweep import bus_factor
 
     out_json, out_csv = tmp_path / "b.json", tmp_path / "b.csv"
     assert cli.main(["bench", "--coll", "all_gather", "--nranks", "3", "-b", "8", "-e", "512",
-                     "-f", "4", "-n", "2", "-w", "1", "--baseline", "launch", "--no-progress",
+                     "-f", "4", "-n", "2", "-w", "1", "--baseline", "launch",
                      "--slot-bytes", "64", "--nslots", "3",     # several loops at 504 B
                      "--json", str(out_json), "--csv", str(out_csv)]) == 0
-    out = capsys.readouterr().out
+    out, err = capfd.readouterr()
+    assert "bench all_gather: 100%" in err and "4/4" in err          # a size a step
+    assert "bench all_gather" not in out
     assert "nslots 3, slot_bytes 64" in out         # the world sizes reach the ranks
     assert "size(B)" in out and "busbw(GB/s)" in out and "#wrong" in out
     assert "Avg bus bandwidth" in out and "x daemon" in out
@@ -110,7 +114,7 @@ def test_bench_sweeps_sizes_in_nccl_tests_form(tmp_path, capsys):
 
 
 def test_bench_driver_one_needs_a_gpu_and_the_threads_backend(capsys):
-    assert cli.main(["bench", "--driver", "one", "--no-progress"]) == 2
+    assert cli.main(["bench", "--driver", "one"]) == 2
     assert "--driver one needs a GPU" in capsys.readouterr().err
 
 
@@ -190,7 +194,7 @@ def test_bench_rows_gain_the_hbm_keys_and_keep_the_old_ones(monkeypatch, tmp_pat
     monkeypatch.setattr(sweep, "hbm_report", on_a_gpu)
     out_json, out_csv = tmp_path / "b.json", tmp_path / "b.csv"
     assert cli.main(["bench", "--nranks", "2", "-b", "8", "-e", "16", "-n", "1", "-w", "0",
-                     "--baseline", "launch", "--no-progress", "--json", str(out_json),
+                     "--baseline", "launch", "--json", str(out_json),
                      "--csv", str(out_csv)]) == 0
     out = capsys.readouterr().out
     assert "HBM efficiency (all_reduce, 2 ranks on this GPU)" in out and "% of copy" in out
@@ -223,7 +227,7 @@ def test_bench_param_overrides_the_daemon_policy_only(monkeypatch, capsys):
 
     monkeypatch.setattr(sweep_measure, "launch", fake_launch)
     assert cli.main(["bench", "--nranks", "2", "-b", "8", "-e", "8", "--baseline", "nccl",
-                     "--driver", "threads", "--no-hbm", "--no-progress",
+                     "--driver", "threads", "--no-hbm",
                      "--param", "BASE=123456", "--param", "NUM_TRY=2"]) == 0
     daemon, baseline = seen["policies"]
     assert daemon.params["BASE"] == 123456 and daemon.params["NUM_TRY"] == 2
@@ -232,9 +236,9 @@ def test_bench_param_overrides_the_daemon_policy_only(monkeypatch, capsys):
     assert baseline == "nccl"
     assert "BASE=123456 NUM_TRY=2" in capsys.readouterr().out
 
-    assert cli.main(["bench", "--param", "NOPE=1", "--no-progress"]) == 2
+    assert cli.main(["bench", "--param", "NOPE=1"]) == 2
     assert "has no parameter(s) ['NOPE']" in capsys.readouterr().err
-    assert cli.main(["bench", "--param", "BASE", "--no-progress"]) == 2
+    assert cli.main(["bench", "--param", "BASE"]) == 2
     assert "expected NAME=INTEGER" in capsys.readouterr().err
 
 
@@ -269,7 +273,7 @@ def test_param_reaches_the_daemons_of_bench_latency_and_the_demo(monkeypatch, ca
         raise demo.RankFailedError(0, "stopped here")
 
     monkeypatch.setattr(demo, "run_demo", run_demo)
-    cli.main(["demo", "-n", "2", "-i", "1", "--no-progress", "--param", "BASE=7",
+    cli.main(["demo", "-n", "2", "-i", "1", "--param", "BASE=7",
               "--param", "HEAD_BASE=9"])
     (policy,) = seen
     assert (policy.params["BASE"], policy.params["HEAD_BASE"]) == (7, 9)
@@ -290,7 +294,7 @@ def test_bench_param_reaches_the_ranks_daemons(tmp_path, capsys):
 
     out_json = tmp_path / "b.json"
     assert cli.main(["bench", "--nranks", "2", "-b", "4096", "-e", "4096", "-n", "10", "-w", "1",
-                     "--baseline", "none", "--no-progress", "--slot-bytes", "256",
+                     "--baseline", "none", "--slot-bytes", "256",
                      "--param", "BASE=1", "--json", str(out_json)]) == 0
     (row,) = json.loads(out_json.read_text())["rows"]
     assert row["wrong"] == 0
@@ -319,7 +323,7 @@ def test_bench_cycles_alternate_the_modes_and_report_each_sizes_median(monkeypat
     monkeypatch.setattr(sweep_measure, "launch", fake_launch)
     out_json = tmp_path / "b.json"
     assert cli.main(["bench", "--nranks", "2", "-b", "8", "-e", "8", "-N", "3", "--baseline",
-                     "nccl", "--driver", "threads", "--no-hbm", "--no-progress",
+                     "nccl", "--driver", "threads", "--no-hbm",
                      "--json", str(out_json)]) == 1         # a cycle read wrong results
     assert order == ["daemon", "nccl"] * 3
     rows = {r["mode"]: r for r in json.loads(out_json.read_text())["rows"]}
@@ -336,7 +340,7 @@ def test_bench_cycles_alternate_the_modes_and_report_each_sizes_median(monkeypat
     # paired within each cycle: 5/3, 6/1 and 4/2, of which the median is 2
     assert rows["nccl"]["x_daemon_paired"] == 2.0 and "x paired" in out.out
 
-    assert cli.main(["bench", "-N", "0", "--no-progress"]) == 2
+    assert cli.main(["bench", "-N", "0"]) == 2
     assert "-N/--cycles must be at least 1" in capsys.readouterr().err
 
 
@@ -366,10 +370,21 @@ def test_nblocks_reaches_the_worlds_of_bench_latency_and_the_demo(monkeypatch, c
         raise demo.RankFailedError(0, "stopped here")
 
     monkeypatch.setattr(demo, "run_demo", run_demo)
-    cli.main(["demo", "-n", "2", "-i", "1", "--no-progress", "--nblocks", "3"])
-    cli.main(["demo", "-n", "2", "-i", "1", "--no-progress"])
+    cli.main(["demo", "-n", "2", "-i", "1", "--nblocks", "3"])
+    cli.main(["demo", "-n", "2", "-i", "1"])
     assert configs == [{"nblocks": 3}, {}]
     capsys.readouterr()
+
+
+def test_demo_as_a_user_runs_it_draws_its_progress_bar_beside_the_summary(capfd):
+    assert cli.main(["demo", "-n", "2", "-k", "2", "-i", "2", "-c", "10"]) == 0
+    out, err = capfd.readouterr()
+    assert "chaos 2 ranks x 2 all-reduces: 100%" in err and "2/2" in err
+    head, table, *ranks, summary = out.splitlines()
+    assert head.startswith("pydfccl chaos demo on the ") and "policy dfccl, sync none" in head
+    assert table.split() == ["rank", "verified", "preempt", "relaunch", "steps"]
+    assert [line.split()[:2] for line in ranks] == [["0", "4"], ["1", "4"]]
+    assert summary.startswith("iterations: 2; outputs verified: 8 ")
 
 
 def test_demo_summary_gives_the_median_iteration_beside_the_mean():

@@ -164,7 +164,7 @@ def test_bench_on_the_simulator_says_the_hbm_table_needs_a_gpu(tmp_path, capsys)
 
     out_json = tmp_path / "b.json"
     argv = ["bench", "--nranks", "2", "-b", "8", "-e", "64", "-n", "1", "-w", "0",
-            "--baseline", "none", "--no-progress", "--json", str(out_json)]
+            "--baseline", "none", "--json", str(out_json)]
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
     assert "busbw(GB/s)" in out                           # the main table is still there

@@ -146,6 +146,21 @@ def test_doctor_reports_each_fact(capsys, monkeypatch):
     assert "PROBLEM numpy" in capsys.readouterr().out
 
 
+def test_doctor_probes_the_kernel_cache_beside_the_kernels(monkeypatch):
+    """Numba caches the daemon beside its source, in pydfccl/kernels/__pycache__ (not
+    beside the command line's modules), unless NUMBA_CACHE_DIR says elsewhere."""
+    import pathlib
+
+    import pydfccl.kernels
+    from pydfccl.cli import doctor
+
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    kernels = pathlib.Path(pydfccl.kernels.__file__).resolve().parent
+    assert pathlib.Path(doctor.kernel_cache_dir()) == kernels / "__pycache__"
+    monkeypatch.setenv("NUMBA_CACHE_DIR", "/somewhere/else")
+    assert doctor.kernel_cache_dir() == "/somewhere/else"
+
+
 def test_one_thread_issues_every_ranks_kth_collective_before_any_ranks_next():
     """A launch per call from one thread deadlocks rank by rank (H200, 2026-11-29)."""
     from pydfccl.cli.bench import group_order

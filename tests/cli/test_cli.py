@@ -162,7 +162,8 @@ def test_doctor_probes_the_kernel_cache_beside_the_kernels(monkeypatch):
 
 
 def test_one_thread_issues_every_ranks_kth_collective_before_any_ranks_next():
-    """A launch per call from one thread deadlocks rank by rank (H200, 2026-11-29)."""
+    """A launch per call from one thread deadlocks rank by rank (the first rank's kernel
+    spins for peers whose launches queue behind it)."""
     from pydfccl.cli.bench import group_order
 
     comms = ["rank0", "rank1", "rank2"]
@@ -302,9 +303,9 @@ def test_param_reaches_the_daemons_of_bench_latency_and_the_demo(monkeypatch, ca
 def test_bench_param_reaches_the_ranks_daemons(tmp_path, capsys):
     """A 1 ns wait budget (``--param BASE=1``) preempts nearly every wait that is not
     already met. How many waits are met depends on how the rank processes happen to run, so
-    the test takes ten runs: 322 to 847 preemptions in six tries here, against 15 to 25
-    with the simulator's default budget (2 ms); with three runs BASE=1 gave 3 to 253, and a
-    bound of 50 failed CI once (49, 2026-11-30). The results stay exact."""
+    the test takes ten runs, which preempt hundreds of times against a few dozen with the
+    simulator's default budget (2 ms); three runs were too few for a bound to hold. The
+    results stay exact."""
     import json
 
     out_json = tmp_path / "b.json"

@@ -14,7 +14,7 @@ import json
 import sys
 import time
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -31,10 +31,10 @@ from ..sched.policies import Policy
 from . import replay as schedule_replay
 from .exits import UsageError
 from .options import (add_policy_options, check_backend, check_world_sizes, chosen_policy,
-                      policy_label, policy_name, policy_record, where)
+                      options_record, policy_label, policy_name, where)
 
 __all__ = ["DemoOptions", "chaos_orders", "check_demo", "parse_kinds", "chaos_worker",
-           "run_demo", "headline", "summarize", "options_record", "timeline_names",
+           "run_demo", "headline", "summarize", "timeline_names",
            "write_trace", "build_parser", "main"]
 
 EXIT_FAILED, EXIT_DEADLOCK = 1, 3
@@ -222,12 +222,6 @@ def summarize(opts: DemoOptions, per_rank: list[dict]) -> str:
                 f"that time's median iteration {1e3 * np.median(each):.2f} ms, the first "
                 f"{1e3 * each[0]:.2f} ms (warm-up: first calls, first launches)")
     return "\n".join(rows)
-
-
-def options_record(opts: DemoOptions) -> dict:
-    """The options as JSON holds them (the policy by name and parameters)."""
-    return dict({f.name: getattr(opts, f.name) for f in fields(opts)},
-                policy=policy_record(opts.policy))
 
 
 def timeline_names(opts: DemoOptions) -> dict:

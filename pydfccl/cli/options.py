@@ -5,6 +5,7 @@ that a policy experiment reads the same in ``bench``, ``bench latency``, ``demo`
 from __future__ import annotations
 
 import argparse
+from dataclasses import fields
 
 from .. import platform
 from ..bootstrap.launch import default_backend
@@ -14,7 +15,8 @@ from ..sched.policies import Policy, get_policy, policy_names
 from .exits import UsageError
 
 __all__ = ["add_policy_options", "parse_params", "chosen_policy", "policy_name",
-           "policy_label", "policy_record", "check_backend", "check_world_sizes", "where"]
+           "policy_label", "policy_record", "options_record", "check_backend",
+           "check_world_sizes", "where"]
 
 
 def add_policy_options(p: argparse.ArgumentParser) -> None:
@@ -51,6 +53,12 @@ def policy_record(policy: Policy | str) -> dict:
         return dict(name=policy)
     return dict(name=policy.name, params=dict(policy.params),
                 sim_params=dict(policy.sim_params))
+
+
+def options_record(opts) -> dict:
+    """A command's options dataclass as JSON holds it, its policy by ``policy_record``."""
+    return dict({f.name: getattr(opts, f.name) for f in fields(opts)},
+                policy=policy_record(opts.policy))
 
 
 def check_backend(backend: str | None) -> None:

@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import csv
 import json
-from dataclasses import fields
-
 import numpy as np
 
-from .options import policy_record
+from .options import options_record
 from .sweep_spec import SweepOptions
 
 __all__ = ["format_table", "mode_table", "cycle_line", "median_rows", "paired_ratios",
-           "combine_cycles", "options_record", "write_csv", "write_json", "plot"]
+           "combine_cycles", "write_csv", "write_json", "plot"]
 
 
 def format_table(rows: list[dict], base: dict | None) -> str:
@@ -106,16 +104,10 @@ def combine_cycles(cycles: dict) -> dict:
     return results
 
 
-def options_record(opts: SweepOptions) -> dict:
-    """The options as JSON holds them (the policy by name and parameters)."""
-    return dict({f.name: getattr(opts, f.name) for f in fields(opts)},
-                policy=policy_record(opts.policy))
-
-
 def write_csv(rows: list[dict], path: str) -> None:
-    fields_ = list(dict.fromkeys(k for r in rows for k in r))   # the HBM keys: some rows
+    columns = list(dict.fromkeys(k for r in rows for k in r))   # the HBM keys: some rows
     with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields_)
+        writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
         writer.writerows(rows)
 

@@ -392,12 +392,21 @@ def test_nblocks_reaches_the_worlds_of_bench_latency_and_the_demo(monkeypatch, c
     capsys.readouterr()
 
 
-def test_demo_as_a_user_runs_it_draws_its_progress_bar_beside_the_summary(capfd):
-    assert cli.main(["demo", "-n", "2", "-k", "2", "-i", "2", "-c", "10"]) == 0
+def test_demo_as_a_user_runs_it_draws_its_progress_bar_beside_the_summary(tmp_path, capfd):
+    import json
+
+    path = tmp_path / "demo.json"
+    assert cli.main(["demo", "-n", "2", "-k", "2", "-i", "2", "-c", "10", "--param",
+                     "NUM_TRY=4", "--json", str(path)]) == 0
+    written = json.loads(path.read_text())
+    assert written["options"]["policy"]["name"] == "dfccl"
+    assert written["options"]["policy"]["params"]["NUM_TRY"] == 4
+    assert [r["verified"] for r in written["ranks"]] == [4, 4]
     out, err = capfd.readouterr()
     assert "chaos 2 ranks x 2 all-reduces: 100%" in err and "2/2" in err
     head, table, *ranks, summary = out.splitlines()
-    assert head.startswith("pydfccl chaos demo on the ") and "policy dfccl, sync none" in head
+    assert head.startswith("pydfccl chaos demo on the ")
+    assert "policy dfccl NUM_TRY=4, sync none" in head
     assert table.split() == ["rank", "verified", "preempt", "relaunch", "steps"]
     assert [line.split()[:2] for line in ranks] == [["0", "4"], ["1", "4"]]
     assert summary.startswith("iterations: 2; outputs verified: 8 ")

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .. import platform
-from ..bootstrap.launch import BACKENDS, default_backend, launch
+from ..bootstrap.launch import BACKENDS, launch
 from ..bootstrap.mpi import current_group, run_in_group
 from ..errors import RankFailedError
 from ..host.trace import (MARK_RESULT, MARK_RUN, MARK_SUBMITTING, clock_offset_ns, host_mark,
@@ -256,7 +256,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "in collectives measures scheduling, not ranks arriving apart")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--backend", choices=BACKENDS, default=None,
-                   help=f"default here: {default_backend()}")
+                   help="default: threads on a GPU, processes on the simulator "
+                        "(PYDFCCL_BACKEND sets it)")
     p.add_argument("--watchdog", type=float, default=5.0 if gpu else 30.0,
                    help="seconds without progress before a deadlock is reported")
     p.add_argument("--status-every", type=float, default=0.0, metavar="SECONDS",

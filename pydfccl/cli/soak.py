@@ -18,7 +18,8 @@ import sys
 from .. import platform
 from ..host.world import WorldConfig
 from .exits import UsageError
-from .options import add_policy_options, chosen_policy, policy_label, policy_name, where
+from .options import (add_policy_options, check_backend, chosen_policy, policy_label,
+                      policy_name, where)
 from .soak_report import SoakReport, summarize
 from .soak_resources import grown_types, resource_sample
 from .soak_run import run_soak, soak_worker
@@ -67,6 +68,7 @@ def _options(args: argparse.Namespace) -> tuple[SoakOptions, dict]:
     for ok, message in checks:
         if not ok:
             raise UsageError(message)
+    check_backend(None)     # the soak launches on the default one (PYDFCCL_BACKEND)
     schedules = args.schedules
     if schedules is None and args.seconds is None:
         schedules = 200 if platform.gpu_available() else 10

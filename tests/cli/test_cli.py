@@ -585,3 +585,12 @@ def test_bench_latency_names_a_bad_argument_in_one_line_and_exits_2(argv, messag
     err = capsys.readouterr().err
     assert err.startswith("python -m pydfccl bench: error: " + message), err
     assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("argv", [["demo"], ["bench"], ["bench", "latency"], ["soak"]])
+def test_a_backend_the_environment_names_wrongly_is_one_line(argv, monkeypatch, capsys):
+    monkeypatch.setenv("PYDFCCL_BACKEND", "carrier-pigeon")
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err == (f"python -m pydfccl {argv[0]}: error: PYDFCCL_BACKEND='carrier-pigeon'; "
+                   "choose from ('threads', 'processes')\n"), err

@@ -15,17 +15,40 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
 from .. import platform
-from ..errors import PydfcclError
-from ..host.gcpause import gc_paused
 from ..bootstrap.group import close_all, init_all, start_all
 from ..bootstrap.launch import BACKENDS, launch
-from .options import add_policy_options, chosen_policy
+from ..errors import PydfcclError
+from ..host.gcpause import gc_paused
+from ..sched.policies import Policy
+from .exits import UsageError
+from .options import (add_policy_options, check_backend, check_world_sizes, chosen_policy,
+                      policy_name, where)
 
-__all__ = ["latency_worker", "measure_latency", "main"]
+__all__ = ["LatencyOptions", "latency_worker", "one_thread_latency", "group_order",
+           "measure_latency", "latency_modes", "run_latency", "format_rows", "build_parser",
+           "main"]
+
+BASELINE = "kernel launch per call"
+
+
+@dataclass(frozen=True)
+class LatencyOptions:
+    nranks: int = 2
+    iters: int = 50
+    warmup: int = 5
+    count: int = 2
+    dtype: str = "float32"
+    colls: int = 1
+    policy: Policy | str = "dfccl"    # the daemon's: an object (with --param's) or a name
+    baseline: bool = True             # also the launch-per-collective baseline
+    backend: str | None = None
+    nthreads: int | None = None
+    nblocks: int | None = None
 
 
 def _input(rank: int, count: int, dtype: str) -> np.ndarray:
@@ -105,8 +128,8 @@ def group_order(comms: list, pairs: list) -> list:
     every rank's k-th collective before any rank's (k+1)-th, as an NCCL group does. Rank by
     rank instead, rank 0's launches queue behind its first kernel, which spins for peers
     that are not submitted yet, and a full launch queue blocks the thread that would submit
-    them (the H200 call of 2026-11-29 22:38: when the watchdog fired, rank 0 had its 64
-    submitted and no peer any). The daemon takes either order."""
+    them (seen on the H200: when the watchdog fired, rank 0 had its 64 submitted and no
+    peer any). The daemon takes either order."""
     return [(comm, k, *pairs[rank][k]) for k in range(len(pairs[0]))
             for rank, comm in enumerate(comms)]
 
@@ -141,6 +164,59 @@ def measure_latency(nranks: int, iters: int, warmup: int, count: int, dtype: str
     return _summary(times, submit, [r["stats"] for r in per_rank])
 
 
+def latency_modes(opts: LatencyOptions) -> list[tuple]:
+    """(name, policy, persistent) of each mode measured: the daemon under the policy given,
+    and unless left out the baseline, a kernel launched per collective (the nccl policy's
+    code)."""
+    modes = [(f"daemon ({policy_name(opts.policy)})", opts.policy, True)]
+    if opts.baseline:
+        modes.append((BASELINE, "nccl", False))
+    return modes
+
+
+def run_latency(opts: LatencyOptions, drivers=("threads",), on_driver=None) -> list[dict]:
+    """Every mode under every driver: a row each, ``dict(driver, mode, result)`` or, where
+    the measurement failed with a pydfccl error (a baseline's deadlock), ``dict(driver,
+    mode, error)`` with the error's first line. ``on_driver(rows)`` gets each driver's rows
+    as soon as they are measured."""
+    rows = []
+    for driver in drivers:
+        mine = []
+        for name, policy, persistent in latency_modes(opts):
+            try:
+                result = measure_latency(opts.nranks, opts.iters, opts.warmup, opts.count,
+                                         opts.dtype, policy, persistent, opts.backend, driver,
+                                         opts.colls, opts.nthreads, opts.nblocks)
+                mine.append(dict(driver=driver, mode=name, result=result))
+            except PydfcclError as exc:
+                mine.append(dict(driver=driver, mode=name, error=str(exc).splitlines()[0]))
+        if on_driver is not None:
+            on_driver(mine)
+        rows += mine
+    return rows
+
+
+HEADER = (f"{'driver':<8} {'mode':<24} {'median us':>10} {'p10 us':>8} {'p90 us':>8} "
+          f"{'x baseline':>10} {'in run() us':>11} {'launches':>9}")
+
+
+def format_rows(rows: list[dict]) -> str:
+    """One driver's rows of the table under HEADER, with the time over the baseline's."""
+    base = next((r["result"] for r in rows if r["mode"] == BASELINE and "result" in r), None)
+    lines = []
+    for row in rows:
+        d, name = row["driver"], row["mode"]
+        if "error" in row:
+            lines.append(f"{d:<8} {name:<24} failed: {row['error']}")
+            continue
+        r = row["result"]
+        launches = sum(s["launches"] for s in r["stats"])
+        ratio = f"{r['median'] / base['median']:>10.2f}" if base else f"{'-':>10}"
+        lines.append(f"{d:<8} {name:<24} {r['median']:>10.1f} {r['p10']:>8.1f} "
+                     f"{r['p90']:>8.1f} {ratio} {r['submit']:>11.1f} {launches:>9}")
+    return "\n".join(lines)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m pydfccl bench latency",
                                 description=__doc__.split("\n")[0],
@@ -171,44 +247,43 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _options(args: argparse.Namespace) -> tuple[LatencyOptions, dict]:
+    """The options, and --param's overrides (for the headline)."""
+    policy, overrides = chosen_policy(args)
+    if min(args.nranks, args.iters, args.count, args.colls) < 1 or args.warmup < 0:
+        raise UsageError("--nranks, --iters, --count and --colls must be at least 1, "
+                         "--warmup at least 0")
+    check_backend(args.backend)
+    check_world_sizes(args.nranks, flags={"max_colls": "-k/--colls"},
+                      **_sizes(args.colls, args.nthreads, args.nblocks))
+    return LatencyOptions(nranks=args.nranks, iters=args.iters, warmup=args.warmup,
+                          count=args.count, dtype=args.dtype, colls=args.colls, policy=policy,
+                          baseline=not args.no_baseline, backend=args.backend,
+                          nthreads=args.nthreads, nblocks=args.nblocks), overrides
+
+
+def _drivers(choice: str | None) -> tuple:
+    gpu = platform.gpu_available()
+    if choice in ("one", "both") and not gpu:
+        raise UsageError(f"--driver {choice} needs a GPU (one thread drives every rank "
+                         "through init_all)")
+    choice = choice or ("both" if gpu else "threads")
+    return ("threads", "one") if choice == "both" else (choice,)
+
+
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        policy, _ = chosen_policy(args)
-    except ValueError as exc:
-        print(f"bench latency: --param {exc}", file=sys.stderr)
-        return 2
+    opts, overrides = _options(args)
+    drivers = _drivers(args.driver)
     if args.switch_interval:
         sys.setswitchinterval(args.switch_interval)
-    nbytes = args.count * np.dtype(args.dtype).itemsize
-    where = "GPU" if platform.gpu_available() else "CUDA simulator (CPU)"
-    together = f"{args.colls} all-reduces submitted together" if args.colls > 1 else "all-reduce"
-    print(f"{together} latency on the {where}: {args.nranks} ranks, {nbytes} bytes each, "
-          f"{args.iters} runs after {args.warmup} warm-up, submit to future completion"
-          + "".join(f", {item}" for item in args.param))
-    driver = args.driver or ("both" if platform.gpu_available() else "threads")
-    drivers = ("threads", "one") if driver == "both" else (driver,)
-    print(f"{'driver':<8} {'mode':<24} {'median us':>10} {'p10 us':>8} {'p90 us':>8} "
-          f"{'x baseline':>10} {'in run() us':>11} {'launches':>9}", flush=True)
-    failed = 0
-    for d in drivers:   # each driver's rows as soon as they are measured
-        modes = [("daemon (" + args.policy + ")", policy, True)]
-        if not args.no_baseline:
-            modes.append(("kernel launch per call", "nccl", False))
-        results = {}
-        for name, policy, persistent in modes:
-            try:
-                results[name] = measure_latency(args.nranks, args.iters, args.warmup,
-                                                args.count, args.dtype, policy, persistent,
-                                                args.backend, d, args.colls, args.nthreads,
-                                                args.nblocks)
-            except PydfcclError as exc:
-                failed += 1
-                print(f"{d:<8} {name:<24} failed: {str(exc).splitlines()[0]}", flush=True)
-        base = results.get("kernel launch per call")
-        for name, r in results.items():
-            launches = sum(s["launches"] for s in r["stats"])
-            ratio = f"{r['median'] / base['median']:>10.2f}" if base else f"{'-':>10}"
-            print(f"{d:<8} {name:<24} {r['median']:>10.1f} {r['p10']:>8.1f} {r['p90']:>8.1f} "
-                  f"{ratio} {r['submit']:>11.1f} {launches:>9}", flush=True)
-    return 1 if failed else 0
+    nbytes = opts.count * np.dtype(opts.dtype).itemsize
+    together = (f"{opts.colls} all-reduces submitted together" if opts.colls > 1 else
+                "all-reduce")
+    print(f"{together} latency on the {where()}: {opts.nranks} ranks, {nbytes} bytes each, "
+          f"{opts.iters} runs after {opts.warmup} warm-up, submit to future completion"
+          + "".join(f", {k}={v}" for k, v in overrides.items()))
+    print(HEADER, flush=True)
+    rows = run_latency(opts, drivers, on_driver=lambda mine: print(format_rows(mine),
+                                                                   flush=True))
+    return 1 if any("error" in r for r in rows) else 0

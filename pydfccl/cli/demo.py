@@ -14,23 +14,30 @@ import json
 import sys
 import time
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from .. import platform
-from ..errors import PydfcclError, RankFailedError
-from ..protocol.codes import COLLECTIVE_KINDS as KINDS
-from ..bootstrap.launch import BACKENDS, default_backend, launch
+from ..bootstrap.launch import BACKENDS, launch
 from ..bootstrap.mpi import current_group, run_in_group
-from ..protocol.reference import buffer_elems, reference
-from .options import add_policy_options, chosen_policy
-from ..sched.policies import get_policy
+from ..errors import RankFailedError
 from ..host.trace import (MARK_RESULT, MARK_RUN, MARK_SUBMITTING, clock_offset_ns, host_mark,
-                    on_daemon_clock, plot_timeline, to_chrome)
+                          on_daemon_clock, plot_timeline, to_chrome)
 from ..host.watchdog import format_status
+from ..protocol.codes import COLLECTIVE_KINDS as KINDS
+from ..protocol.reference import buffer_elems, reference
+from ..sched.policies import Policy
+from . import replay as schedule_replay
+from .exits import UsageError
+from .options import (add_policy_options, check_backend, check_world_sizes, chosen_policy,
+                      options_record, policy_label, policy_name, where)
 
-__all__ = ["DemoOptions", "chaos_orders", "run_demo", "main"]
+__all__ = ["DemoOptions", "chaos_orders", "check_demo", "parse_kinds", "chaos_worker",
+           "run_demo", "headline", "summarize", "timeline_names",
+           "write_trace", "build_parser", "main"]
+
+EXIT_FAILED, EXIT_DEADLOCK = 1, 3
 
 
 @dataclass(frozen=True)
@@ -40,8 +47,7 @@ class DemoOptions:
     iters: int = 20
     count: int = 1000
     dtype: str = "float32"
-    policy: str = "dfccl"
-    params: tuple = ()       # (name, value) overrides of the policy's parameters (--param)
+    policy: Policy | str = "dfccl"     # an object (with --param's overrides) or a name
     sync: str = "none"
     seed: int = 0
     in_order: bool = False
@@ -62,6 +68,29 @@ def chaos_orders(ncolls: int, nranks: int, rng: np.random.Generator) -> list[lis
     base = rng.permutation(ncolls)
     shifts = rng.choice(ncolls, size=nranks, replace=False)
     return [[int(base[(j + s) % ncolls]) for j in range(ncolls)] for s in shifts]
+
+
+def parse_kinds(text: str) -> tuple:
+    """``--kinds``: comma-separated collective kinds, or 'all'; ValueError names unknown
+    ones."""
+    kinds = tuple(KINDS) if text == "all" else tuple(k.strip() for k in text.split(","))
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown:
+        raise ValueError(f"unknown collective kind(s) {unknown}; choose from {list(KINDS)} "
+                         "or 'all'")
+    return kinds
+
+
+def check_demo(opts: DemoOptions) -> None:
+    """ValueError for options the chaos test cannot run, before anything is launched."""
+    if opts.nranks < 1 or opts.colls < 1 or opts.iters < 0 or opts.count < 1:
+        raise ValueError("--nranks, --colls and --count must be at least 1, --iters at "
+                         "least 0")
+    unknown = [k for k in opts.kinds if k not in KINDS]
+    if unknown:
+        raise ValueError(f"unknown collective kind(s) {unknown}")
+    if not opts.in_order:
+        chaos_orders(opts.colls, opts.nranks, np.random.default_rng(0))   # K >= N
 
 
 def _input(rank: int, coll: int, it: int, count: int, dtype) -> np.ndarray:
@@ -121,9 +150,9 @@ def chaos_worker(comm, opts: DemoOptions) -> dict:
                 raise AssertionError(f"iteration {it}, collective {k} ({kinds[k]}): element "
                                      f"{bad} is {got[bad]}, expected {want[bad]}")
             verified += 1
-        if bar:
+        if bar is not None:
             bar.update(1)
-    if bar:
+    if bar is not None:
         bar.close()
     elapsed = time.perf_counter() - started
     out = dict(comm.stats(), verified=verified, seconds=elapsed,
@@ -152,14 +181,24 @@ def _wait(comm, future, opts: DemoOptions) -> None:
 
 
 def run_demo(opts: DemoOptions, backend: str | None = None, watchdog_timeout=None,
-             **config) -> list[dict]:
-    """Run the chaos test; returns each rank's stats (raises RankFailedError on failure)."""
-    return launch(chaos_worker, opts.nranks, policy=_policy(opts), backend=backend,
+             group=None, **config) -> list[dict] | None:
+    """Run the chaos test; returns each rank's stats (raises RankFailedError on failure).
+    With ``group`` (``mpiexec`` or ``torchrun`` started a process per rank) this process
+    runs its own rank; rank 0 gets every rank's stats, the others None."""
+    if group is not None:
+        return run_in_group(chaos_worker, group, args=(opts,), policy=opts.policy,
+                            watchdog_timeout=watchdog_timeout, **config)
+    return launch(chaos_worker, opts.nranks, policy=opts.policy, backend=backend,
                   watchdog_timeout=watchdog_timeout, args=(opts,), **config)
 
 
-def _policy(opts: DemoOptions):
-    return get_policy(opts.policy).with_params(**dict(opts.params))
+def headline(opts: DemoOptions, overrides: dict, processes: bool) -> str:
+    """What the run is, before it starts."""
+    return (f"pydfccl chaos demo on the {where()}: {opts.nranks} ranks"
+            f"{' (a process each)' if processes else ''}, {opts.colls} collectives "
+            f"({', '.join(opts.kinds)}) of {opts.count} x {opts.dtype} per iteration, "
+            f"{opts.iters} iterations, policy {policy_label(opts.policy, overrides)}, "
+            f"sync {opts.sync}, {'in order' if opts.in_order else '100% disorder'}")
 
 
 def summarize(opts: DemoOptions, per_rank: list[dict]) -> str:
@@ -185,6 +224,16 @@ def summarize(opts: DemoOptions, per_rank: list[dict]) -> str:
     return "\n".join(rows)
 
 
+def timeline_names(opts: DemoOptions) -> dict:
+    return {k: f"{opts.kinds[k % len(opts.kinds)]} {k}" for k in range(opts.colls)}
+
+
+def write_trace(opts: DemoOptions, events: list, path: str) -> None:
+    """The daemons' events and the hosts' marks as a Chrome-trace/Perfetto timeline."""
+    with open(path, "w") as f:
+        json.dump(to_chrome(events, timeline_names(opts)), f)
+
+
 def build_parser() -> argparse.ArgumentParser:
     gpu = platform.gpu_available()
     p = argparse.ArgumentParser(prog="python -m pydfccl demo", description=__doc__.split("\n")[0],
@@ -207,7 +256,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "in collectives measures scheduling, not ranks arriving apart")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--backend", choices=BACKENDS, default=None,
-                   help=f"default here: {default_backend()}")
+                   help="default: threads on a GPU, processes on the simulator "
+                        "(PYDFCCL_BACKEND sets it)")
     p.add_argument("--watchdog", type=float, default=5.0 if gpu else 30.0,
                    help="seconds without progress before a deadlock is reported")
     p.add_argument("--status-every", type=float, default=0.0, metavar="SECONDS",
@@ -225,81 +275,81 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _kinds(text: str) -> tuple:
-    kinds = tuple(KINDS) if text == "all" else tuple(k.strip() for k in text.split(","))
-    unknown = [k for k in kinds if k not in KINDS]
-    if unknown:
-        raise SystemExit(f"error: unknown collective kind(s) {unknown}; choose from "
-                         f"{list(KINDS)} or 'all'")
-    return kinds
+def _options(args: argparse.Namespace, policy: Policy) -> DemoOptions:
+    try:
+        kinds = parse_kinds(args.kinds)
+    except ValueError as exc:
+        raise UsageError(f"--kinds: {exc}") from None
+    return DemoOptions(nranks=args.nranks, colls=args.colls, iters=args.iters, count=args.count,
+                       dtype=args.dtype, policy=policy, sync=args.sync, seed=args.seed,
+                       in_order=args.in_order, align=args.align,
+                       progress=not args.no_progress, status_every=args.status_every,
+                       kinds=kinds, trace=bool(args.trace or args.plot))
+
+
+def _replay_schedule(args: argparse.Namespace) -> int:
+    """``demo --schedule FILE``: the engine's run of a model schedule beside the model's."""
+    if args.param:
+        raise UsageError("--param does not apply to a --schedule replay (its model and "
+                         "daemon run the policy's defaults)")
+    policy, _ = chosen_policy(args)
+    try:
+        schedule = schedule_replay.load_schedule(args.schedule)
+        schedule_replay.check_replayable(schedule, args.dtype)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--schedule {args.schedule}: {exc}") from None
+    check_backend(args.backend)
+    try:
+        compared = schedule_replay.replay_against_model(
+            schedule, policy, args.dtype, args.backend, watchdog_timeout=args.watchdog)
+    except RankFailedError as exc:
+        print(f"FAILED: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    print(schedule_replay.format_comparison(args.schedule, compared, policy, args.dtype))
+    return schedule_replay.exit_status(compared)
 
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.schedule:
-        if args.param:
-            print("error: --param does not apply to a --schedule replay (its model and daemon "
-                  "run the policy's defaults)", file=sys.stderr)
-            return 2
-        from .replay import replay_main
-        return replay_main(args)
-    try:
-        _, params = chosen_policy(args)
-    except ValueError as exc:
-        print(f"error: --param {exc}", file=sys.stderr)
-        return 2
-    opts = DemoOptions(nranks=args.nranks, colls=args.colls, iters=args.iters, count=args.count,
-                       dtype=args.dtype, policy=args.policy, params=tuple(params.items()),
-                       sync=args.sync, seed=args.seed, in_order=args.in_order, align=args.align,
-                       progress=not args.no_progress,
-                       status_every=args.status_every, kinds=_kinds(args.kinds),
-                       trace=bool(args.trace or args.plot))
+        return _replay_schedule(args)
+    policy, overrides = chosen_policy(args)
+    opts = _options(args, policy)
     group = current_group()    # mpiexec or torchrun started one process per rank: use them
-    group_rank = None if group is None else group.rank
     if group is not None:
         opts = replace(opts, nranks=group.size)
-    if not opts.in_order:
-        chaos_orders(opts.colls, opts.nranks, np.random.default_rng(0))  # validates K >= N
-    where = "GPU" if platform.gpu_available() else "CUDA simulator (CPU)"
-    if not group_rank:
-        print(f"pydfccl chaos demo on the {where}: {opts.nranks} ranks"
-              f"{' (a process each)' if group_rank is not None else ''}, {opts.colls} collectives "
-              f"({', '.join(opts.kinds)}) of {opts.count} x {opts.dtype} per iteration, "
-              f"{opts.iters} iterations, policy {opts.policy}"
-              + "".join(f" {k}={v}" for k, v in opts.params) + f", sync {opts.sync}, "
-              f"{'in order' if opts.in_order else '100% disorder'}", flush=True)
+    else:
+        check_backend(args.backend)
     sizes = {} if args.nblocks is None else {"nblocks": args.nblocks}
     try:
-        if group_rank is None:
-            per_rank = run_demo(opts, backend=args.backend, watchdog_timeout=args.watchdog,
-                                **sizes)
-        else:
-            per_rank = run_in_group(chaos_worker, group, args=(opts,), policy=_policy(opts),
-                                    watchdog_timeout=args.watchdog, **sizes)
-            if per_rank is None:      # not rank 0: rank 0 reports for everyone
-                return 0
+        check_demo(opts)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    check_world_sizes(opts.nranks, **sizes)
+    if group is None or group.rank == 0:
+        print(headline(opts, overrides, processes=group is not None), flush=True)
+    try:
+        per_rank = run_demo(opts, backend=args.backend, watchdog_timeout=args.watchdog,
+                            group=group, **sizes)
     except RankFailedError as exc:
         deadlock = "DeadlockError" in str(exc).split("\n", 1)[0]
         text = str(exc).split("\nTraceback", 1)[0] if deadlock else str(exc)
         print(f"\nFAILED: {text}", file=sys.stderr)
-        return 3 if deadlock else 1
-    except PydfcclError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_DEADLOCK if deadlock else EXIT_FAILED
+    if per_rank is None:      # not rank 0 of a group: rank 0 reports for everyone
+        return 0
     events = [e for r in per_rank for e in (r.pop("trace") or [])]
-    names = {k: f"{opts.kinds[k % len(opts.kinds)]} {k}" for k in range(opts.colls)}
     print(summarize(opts, per_rank))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(dict(options=asdict(opts), ranks=per_rank), f, indent=2)
+            json.dump(dict(options=options_record(opts), ranks=per_rank), f, indent=2)
     if args.trace:
-        with open(args.trace, "w") as f:
-            json.dump(to_chrome(events, names), f)
+        write_trace(opts, events, args.trace)
         offsets = ", ".join(f"{r['clock_offset_ns'] / 1e3:+.1f}" for r in per_rank)
         print(f"timeline of {len(events)} events written to {args.trace} (each rank's host "
               f"marks moved onto its daemon's clock by {offsets} us)")
     if args.plot:
-        plot_timeline(events, args.plot, title=f"chaos demo, {opts.nranks} ranks, {opts.policy}",
-                      names=names)
+        plot_timeline(events, args.plot, title=f"chaos demo, {opts.nranks} ranks, "
+                      f"{policy_name(opts.policy)}", names=timeline_names(opts))
         print(f"timeline picture written to {args.plot}")
     return 0

@@ -19,7 +19,7 @@ import tempfile
 
 from .. import platform
 
-__all__ = ["checks", "find_mpiexec", "main"]
+__all__ = ["checks", "find_mpiexec", "kernel_cache_dir", "main"]
 
 OK, NOTE, PROBLEM = "ok", "note", "PROBLEM"
 
@@ -100,10 +100,16 @@ def _launchers() -> list[tuple]:
              "daemon)"))]
 
 
+def kernel_cache_dir() -> str:
+    """Where Numba keeps the compiled daemon: NUMBA_CACHE_DIR, else ``__pycache__`` beside
+    the kernels' sources (``pydfccl/kernels``)."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return os.environ.get("NUMBA_CACHE_DIR") or os.path.join(package, "kernels", "__pycache__")
+
+
 def _cache() -> list[tuple]:
     where = os.environ.get("NUMBA_CACHE_DIR") or "beside the package (__pycache__)"
-    probe = os.environ.get("NUMBA_CACHE_DIR") or os.path.join(
-        os.path.dirname(__file__), "kernels", "__pycache__")
+    probe = kernel_cache_dir()
     try:
         os.makedirs(probe, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=probe):

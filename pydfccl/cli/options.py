@@ -1,13 +1,22 @@
-"""The command line's ``--policy NAME`` and ``--param NAME=VALUE``, shared by ``bench``,
-``bench latency`` and ``demo`` so that a policy experiment reads the same in each."""
+"""What several subcommands parse alike: ``--policy NAME`` with ``--param NAME=VALUE`` (so
+that a policy experiment reads the same in ``bench``, ``bench latency``, ``demo`` and
+``soak``), and the checks of a backend and of world sizes before anything is launched."""
+
 from __future__ import annotations
 
 import argparse
+from dataclasses import fields
 
+from .. import platform
+from ..bootstrap.launch import default_backend
+from ..host.world import WorldConfig
 from ..sched.choice import parse_params
 from ..sched.policies import Policy, get_policy, policy_names
+from .exits import UsageError
 
-__all__ = ["add_policy_options", "parse_params", "chosen_policy"]
+__all__ = ["add_policy_options", "parse_params", "chosen_policy", "policy_name",
+           "policy_label", "policy_record", "options_record", "check_backend",
+           "check_world_sizes", "where"]
 
 
 def add_policy_options(p: argparse.ArgumentParser) -> None:
@@ -18,7 +27,66 @@ def add_policy_options(p: argparse.ArgumentParser) -> None:
 
 
 def chosen_policy(args: argparse.Namespace) -> tuple[Policy, dict]:
-    """The policy ``--policy`` names with ``--param``'s overrides, and the overrides
-    ({name: int}); ValueError names a malformed item or a parameter the policy lacks."""
-    params = parse_params(args.param)
-    return get_policy(args.policy).with_params(**params), params
+    """The policy ``--policy`` names with ``--param``'s overrides, built once here and
+    passed as an object down to ``launch``, and the overrides ({name: int}). A malformed
+    item or a parameter the policy lacks is a UsageError."""
+    try:
+        params = parse_params(args.param)
+        return get_policy(args.policy).with_params(**params), params
+    except ValueError as exc:
+        raise UsageError(f"--param {exc}") from None
+
+
+def policy_name(policy: Policy | str) -> str:
+    return policy if isinstance(policy, str) else policy.name
+
+
+def policy_label(policy: Policy | str, overrides: dict) -> str:
+    """``dfccl BASE=7 HEAD_BASE=9``: the name and the overrides the command line gave."""
+    return " ".join([policy_name(policy)] + [f"{k}={v}" for k, v in overrides.items()])
+
+
+def policy_record(policy: Policy | str) -> dict:
+    """A policy as JSON can hold it: its name and, for an object, its parameters (the
+    functions are code, named by the policy's name)."""
+    if isinstance(policy, str):
+        return dict(name=policy)
+    return dict(name=policy.name, params=dict(policy.params),
+                sim_params=dict(policy.sim_params))
+
+
+def options_record(opts) -> dict:
+    """A command's options dataclass as JSON holds it, its policy by ``policy_record``."""
+    return dict({f.name: getattr(opts, f.name) for f in fields(opts)},
+                policy=policy_record(opts.policy))
+
+
+def check_backend(backend: str | None) -> None:
+    """The threads backend puts every rank on this process's GPU: without one, say so
+    before a launch fails inside."""
+    try:
+        chosen = backend or default_backend()
+    except ValueError as exc:       # PYDFCCL_BACKEND names none
+        raise UsageError(str(exc)) from None
+    if chosen == "threads" and not platform.gpu_available():
+        raise UsageError("--backend threads needs a GPU (the simulator runs a process per "
+                         "rank: --backend processes)")
+
+
+def check_world_sizes(nranks: int, flags: dict | None = None, **sizes) -> None:
+    """World sizes given on the command line (None: the default), checked as
+    :class:`WorldConfig` will check them in the launch; the message names the option,
+    ``--slot-bytes`` for slot_bytes or what ``flags`` maps a size to."""
+    given = {k: v for k, v in sizes.items() if v is not None}
+    try:
+        WorldConfig(nranks, simulator=not platform.gpu_available(), **given)
+    except ValueError as exc:
+        name, _, rest = str(exc).replace("WorldConfig: ", "").partition(" ")
+        flag = (flags or {}).get(name) or (f"--{name.replace('_', '-')}" if name in given
+                                           else name)
+        raise UsageError(f"{flag} {rest}") from None
+
+
+def where() -> str:
+    """Where the kernels run, for a header line."""
+    return "GPU" if platform.gpu_available() else "CUDA simulator (CPU)"

@@ -6,8 +6,8 @@ order the host submits each all-reduce and where it calls a device-wide synchron
 (``wait``). :func:`replay` runs
 exactly that on every rank with :func:`pydfccl.launch`, checks every result against numpy,
 and reports ``completed`` (with each rank's stats and completion order) or ``deadlock``
-(with the watchdog's report). ``python -m pydfccl demo --schedule FILE`` calls
-:func:`replay_main`, which also prints what the model predicts for the same schedule.
+(with the watchdog's report). ``python -m pydfccl demo --schedule FILE`` runs
+:func:`replay_against_model`: the same, beside what the model predicts for the schedule.
 
 Inputs are small integers derived from (rank, collective), so every sum is exact in float32
 and int64, and the model can be run with the very same values (:func:`model_values`).
@@ -15,8 +15,8 @@ and int64, and the model can be run with the very same values (:func:`model_valu
 
 from __future__ import annotations
 
-import sys
 import time
+from dataclasses import dataclass
 from typing import Optional, Union
 
 import numpy as np
@@ -30,8 +30,9 @@ from ..protocol.reference import reference
 from ..sched.model import Schedule, run_schedule
 from ..host.world import WorldConfig
 
-__all__ = ["replay", "replay_worker", "replay_main", "load_schedule", "input_values",
-           "expected_values", "model_values", "predict", "completion_order",
+__all__ = ["replay", "replay_worker", "load_schedule", "input_values", "expected_values",
+           "model_values", "predict", "completion_order", "check_replayable",
+           "ReplayComparison", "replay_against_model", "format_comparison", "exit_status",
            "EXIT_COMPLETED", "EXIT_DEADLOCK"]
 
 EXIT_COMPLETED, EXIT_DEADLOCK = 0, 3
@@ -54,16 +55,20 @@ def model_values(schedule: Schedule) -> dict:
 
 
 def load_schedule(source: Union[str, dict, Schedule]) -> Schedule:
-    """A Schedule from itself, its dict form, JSON text or a JSON file path."""
+    """A Schedule from itself, its dict form, JSON text or a JSON file path; ValueError
+    when the text is not a schedule."""
     if isinstance(source, Schedule):
         return source
     if isinstance(source, dict):
         return Schedule.from_dict(source)
     text = source.strip()
     if not text.startswith("{"):
-        with open(source) as f:
+        with open(source) as f:          # OSError: no such file, or not readable
             text = f.read()
-    return Schedule.from_json(text)
+    try:
+        return Schedule.from_json(text)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"not a schedule ({type(exc).__name__}: {exc})") from None
 
 
 def replay_worker(comm, schedule_dict: dict, dtype: str = "float32",
@@ -143,12 +148,7 @@ def replay(schedule, policy="dfccl", backend: Optional[str] = None,
     bounds the whole launch (``TimeoutError``); ``config`` overrides WorldConfig sizes.
     """
     schedule = load_schedule(schedule)
-    if any(ev.op == "stream_wait" for program in schedule.ranks for ev in program):
-        raise ValueError("the schedule has a stream_wait, which the engine never does: "
-                         "pydfccl waits for collectives on the host, never on a CUDA stream "
-                         "(docs/design.md, 'Streams'); only the model runs it")
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
+    check_replayable(schedule, dtype)
     try:
         ranks = launch(replay_worker, schedule.nranks, policy=policy, backend=backend,
                        timeout=timeout, watchdog_timeout=watchdog_timeout,
@@ -177,41 +177,59 @@ def predict(schedule, policy="dfccl", dtype: str = "float32", backend: Optional[
                         one_shot_elems=one_shot_elems, values=model_values(schedule))
 
 
-def replay_main(args) -> int:
-    """``python -m pydfccl demo --schedule FILE``: one line for the engine's outcome, one for
-    the model's; exit 0 on completion, 3 on deadlock (1: a rank failed otherwise, 2: a bad
-    schedule or option)."""
-    if args.dtype not in DTYPES:
-        print(f"error: --schedule replays {' or '.join(DTYPES)} all-reduces, not {args.dtype}",
-              file=sys.stderr)
-        return 2
-    try:
-        schedule = load_schedule(args.schedule)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        print(f"error: cannot read schedule {args.schedule}: {type(exc).__name__}: {exc}",
-              file=sys.stderr)
-        return 2
-    where = "GPU" if platform.gpu_available() else "CUDA simulator"
-    model = predict(schedule, args.policy, args.dtype, args.backend)
+@dataclass(frozen=True)
+class ReplayComparison:
+    """A schedule run on the engine beside what the model predicts for it."""
+
+    schedule: Schedule
+    outcome: dict           # replay()'s: completed (with stats) or deadlock (with a report)
+    model: object           # predict()'s pydfccl.sched.model.Result
+    seconds: float          # the engine's wall time
+
+
+def check_replayable(schedule: Schedule, dtype: str) -> None:
+    """ValueError when the engine cannot run ``schedule`` in ``dtype`` (before launching)."""
+    if any(ev.op == "stream_wait" for program in schedule.ranks for ev in program):
+        raise ValueError("the schedule has a stream_wait, which the engine never does: "
+                         "pydfccl waits for collectives on the host, never on a CUDA stream "
+                         "(docs/design.md, 'Streams'); only the model runs it")
+    if dtype not in DTYPES:
+        raise ValueError(f"a replay runs {' or '.join(DTYPES)} all-reduces, not {dtype}")
+
+
+def replay_against_model(schedule, policy="dfccl", dtype: str = "float32",
+                         backend: Optional[str] = None,
+                         watchdog_timeout: Optional[float] = None) -> ReplayComparison:
+    """The model's prediction for ``schedule``, then the engine's run of it (see
+    :func:`predict` and :func:`replay`; a failure other than a deadlock raises)."""
+    schedule = load_schedule(schedule)
+    model = predict(schedule, policy, dtype, backend)
     started = time.perf_counter()
-    try:
-        out = replay(schedule, policy=args.policy, backend=args.backend,
-                     watchdog_timeout=args.watchdog, dtype=args.dtype)
-    except RankFailedError as exc:
-        print(f"FAILED: {exc}", file=sys.stderr)
-        return 1
-    seconds = time.perf_counter() - started
-    head = (f"schedule {args.schedule} ({schedule.nranks} ranks, {len(schedule.collectives)} "
-            f"all-reduces of {args.dtype}, policy {args.policy}) on the {where}:")
+    outcome = replay(schedule, policy=policy, backend=backend,
+                     watchdog_timeout=watchdog_timeout, dtype=dtype)
+    return ReplayComparison(schedule, outcome, model, time.perf_counter() - started)
+
+
+def format_comparison(name: str, compared: ReplayComparison, policy, dtype: str) -> str:
+    """One line for the engine's outcome, one for the model's."""
+    schedule, out = compared.schedule, compared.outcome
+    where = "GPU" if platform.gpu_available() else "CUDA simulator"
+    policy = policy if isinstance(policy, str) else policy.name
+    head = (f"schedule {name} ({schedule.nranks} ranks, {len(schedule.collectives)} "
+            f"all-reduces of {dtype}, policy {policy}) on the {where}:")
     if out["outcome"] == "completed":
         preempt = sum(s["preemptions"] for s in out["stats"])
         relaunch = sum(s["relaunches"] for s in out["stats"])
-        print(f"{head} completed in {seconds:.1f} s, {out['verified']} results verified, "
-              f"{preempt} preemptions, {relaunch} relaunches; completion order "
-              f"{out['completion_order']}")
+        engine = (f"{head} completed in {compared.seconds:.1f} s, {out['verified']} results "
+                  f"verified, {preempt} preemptions, {relaunch} relaunches; completion order "
+                  f"{out['completion_order']}")
     else:
         lines = out["report"].splitlines() or ["deadlock"]
         cycle = [line for line in lines if line.startswith("wait-for cycle")]
-        print(f"{head} DEADLOCK after {seconds:.1f} s: {'; '.join(lines[:1] + cycle)}")
-    print(f"model ({args.policy}): {model.summary()}")
-    return EXIT_COMPLETED if out["outcome"] == "completed" else EXIT_DEADLOCK
+        engine = (f"{head} DEADLOCK after {compared.seconds:.1f} s: "
+                  f"{'; '.join(lines[:1] + cycle)}")
+    return f"{engine}\nmodel ({policy}): {compared.model.summary()}"
+
+
+def exit_status(compared: ReplayComparison) -> int:
+    return EXIT_COMPLETED if compared.outcome["outcome"] == "completed" else EXIT_DEADLOCK

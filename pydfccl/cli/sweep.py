@@ -35,347 +35,33 @@ baseline also the median of its ratios to the daemon within a cycle (``x paired`
 from __future__ import annotations
 
 import argparse
-import functools
-import json
 import sys
-import time
-from dataclasses import asdict, dataclass, field
-
-import numpy as np
+import traceback
 
 from .. import platform
-from ..protocol.codes import COLLECTIVE_KINDS, DTYPES, OPS, storage_dtype
-from ..host.gcpause import gc_paused
-from ..bootstrap.group import close_all, init_all, start_all
-from ..kernels.plans import one_shot_limit
-from ..bootstrap.launch import BACKENDS, default_backend, launch
-from ..protocol.reference import buffer_elems, reference
-from .options import add_policy_options, chosen_policy
-from ..sched.policies import get_policy
+from ..bootstrap.launch import BACKENDS, default_backend
 from ..host.world import machine_sizes
+from ..kernels.plans import one_shot_limit
+from ..protocol.codes import COLLECTIVE_KINDS, DTYPES, OPS
+from .exits import UsageError
+from .options import (add_policy_options, check_backend, check_world_sizes, chosen_policy,
+                      policy_label, where)
+from .sweep_hbm import hbm_report
+from .sweep_measure import BASELINE_CHOICES, all_ranks_on_this_gpu, bench_modes, run_cycles, \
+    run_sweep
+from .sweep_output import combine_cycles, cycle_line, mode_table, plot, write_csv, write_json
+from .sweep_spec import SweepOptions, bus_factor, sizes
 
-__all__ = ["SweepOptions", "bus_factor", "sizes", "sweep_worker", "run_sweep", "add_hbm",
-           "format_hbm_table", "hbm_report", "main"]
+__all__ = ["SweepOptions", "bus_factor", "sizes", "run_sweep", "run_cycles", "build_parser",
+           "main"]
 
-BASELINES = {"launch": dict(policy="nccl", persistent=False), "nccl": dict(policy="nccl")}
-HBM_MODES = ("daemon", "launch", "nccl")    # pydfccl's kernels: the step plan hbm.py walks
-
-
-@dataclass(frozen=True)
-class SweepOptions:
-    coll: str = "all_reduce"
-    nranks: int = 2
-    minbytes: int = 8
-    maxbytes: int = 1 << 20
-    stepfactor: int = 2
-    iters: int = 20
-    warmup: int = 5
-    check: bool = True
-    dtype: str = "float32"
-    op: str = "sum"
-    root: int = 0
-    policy: str = "dfccl"
-    params: dict = field(default_factory=dict)  # the daemon policy's parameter overrides
-    progress: bool = True
-    world: dict = field(default_factory=dict)   # WorldConfig sizes (nblocks, slot_bytes, ...)
-
-
-def bus_factor(coll: str, nranks: int) -> float:
-    """nccl-tests' busbw / algbw for ``coll`` on ``nranks`` ranks."""
-    if coll == "all_reduce":
-        return 2 * (nranks - 1) / nranks
-    if coll in ("all_gather", "reduce_scatter", "all_to_all"):
-        return (nranks - 1) / nranks
-    return 1.0
-
-
-def count_for(coll: str, nbytes: int, itemsize: int, nranks: int) -> int:
-    """Elements per rank (``prepare``'s count) for a size in nccl-tests' sense."""
-    per_rank = nranks if coll in ("all_gather", "reduce_scatter", "all_to_all") else 1
-    return max(1, nbytes // (itemsize * per_rank))
-
-
-def sizes(opts: SweepOptions) -> list[tuple[int, int]]:
-    """(size in bytes, count) for each step of the sweep; sizes that round to the same
-    count are measured once."""
-    itemsize = np.dtype(opts.dtype).itemsize
-    out, nbytes = [], opts.minbytes
-    while nbytes <= opts.maxbytes:
-        count = count_for(opts.coll, nbytes, itemsize, opts.nranks)
-        if not out or out[-1][1] != count:
-            send, recv = buffer_elems(opts.coll, count, opts.nranks)
-            out.append((max(send, recv) * itemsize, count))
-        nbytes *= max(2, opts.stepfactor)
-    return out
-
-
-def _input(rank: int, elems: int, dtype: str) -> np.ndarray:
-    """Small integers: every op is exact in every dtype, at any rank count. Element i is
-    (i + rank) % 3 + 1, a pattern repeated rather than computed: at 128 MiB a computed one
-    took seconds a rank on the host, where the GPU's sweep waits."""
-    pattern = ((np.arange(3 << 12) + rank) % 3 + 1).astype(dtype)   # a period: 3 elements
-    return np.tile(pattern, -(-elems // pattern.size))[:elems]
-
-
-# Kinds whose every rank gets the same output: one expected array serves all ranks.
-_SAME_FOR_EVERY_RANK = ("all_reduce", "all_gather", "broadcast")
-
-
-@functools.lru_cache(maxsize=8)
-def _expected(coll: str, nranks: int, send_elems: int, dtype: str, op: str, root: int,
-              rank: int):
-    """Rank ``rank``'s expected output. Cached: each cycle of ``-N`` and each rank of a kind
-    in ``_SAME_FOR_EVERY_RANK`` checks against the same array, computed once (numpy's
-    reduction of 4 ranks x 128 MiB takes seconds)."""
-    inputs = [_input(r, send_elems, dtype) for r in range(nranks)]
-    return reference(coll, inputs, op, root, rank)
-
-
-def sweep_ranks(comms: list, start, opts: SweepOptions, steps: list) -> list[list[dict]]:
-    """The sweep of the ranks in ``comms``, driven by this thread: one rank (a thread or
-    process per rank, ``sweep_worker``) or every rank of the world (``init_all``, as
-    nccl-tests' ``-g``). ``start`` starts them. Each size (with the garbage collector
-    paused, ``gcpause``): ``warmup`` runs waited one by one, then ``iters`` runs submitted
-    back to back (every rank's k-th before any rank's (k+1)-th) and waited together; the
-    daemon keeps up to RUNS_IN_FLIGHT of them on the device (the launch baseline one).
-    Every buffer is made and filled before the first run and the results are read after
-    the last: a copy made while a peer's kernel waits for this rank can wait behind it,
-    which the launch-per-collective baseline, like NCCL, does not survive (H200,
-    2026-11-30 00:39: a rank blocked between sizes, a peer's kernel waiting for it)."""
-    for comm in comms:
-        for i, (_, count) in enumerate(steps):
-            comm.prepare(i, opts.coll, count=count, dtype=opts.dtype, op=opts.op,
-                         root=opts.root)
-    start()
-    buffers = [[_buffers(comm, opts, count) for _, count in steps] for comm in comms]
-    bar = None
-    if opts.progress and comms[0].rank == 0:
-        from tqdm import tqdm
-        bar = tqdm(total=len(steps), desc=f"bench {opts.coll}", unit="size", file=sys.stderr)
-    seconds, costs = [], []
-    with gc_paused():
-        for i in range(len(steps)):
-            for _ in range(opts.warmup):
-                _wait([comm.run(i, *mine[i]) for comm, mine in zip(comms, buffers)])
-            before = [comm.stats() for comm in comms]
-            t0 = time.perf_counter()
-            _wait([comm.run(i, *mine[i]) for _ in range(opts.iters)
-                   for comm, mine in zip(comms, buffers)])
-            seconds.append((time.perf_counter() - t0) / max(1, opts.iters))
-            costs.append([{k: after[k] - was[k] for k in ("preemptions", "launches")}
-                          for was, after in zip(before, (comm.stats() for comm in comms))])
-            if bar:
-                bar.update(1)
-    if bar:
-        bar.close()
-    return [[dict(size=nbytes, count=count, seconds=seconds[i],
-                  wrong=_wrong(comm, opts, count, mine[i]), **costs[i][r])
-             for i, (nbytes, count) in enumerate(steps)]
-            for r, (comm, mine) in enumerate(zip(comms, buffers))]
-
-
-def sweep_worker(comm, opts: SweepOptions, steps: list) -> list[dict]:
-    """One rank's sweep (``pydfccl.launch``: a thread or process per rank)."""
-    return sweep_ranks([comm], comm.start, opts, steps)[0]
-
-
-def _buffers(comm, opts: SweepOptions, count: int) -> tuple:
-    send_elems, recv_elems = buffer_elems(opts.coll, count, comm.nranks)
-    send = comm.empty(send_elems, opts.dtype)
-    platform.copy_in(send, _input(comm.rank, send_elems, opts.dtype))
-    return send, comm.empty(recv_elems, opts.dtype)
-
-
-def _wait(futures: list) -> None:
-    for f in futures:
-        f.result(timeout=600)
-
-
-def _wrong(comm, opts: SweepOptions, count: int, buffers: tuple) -> int:
-    """Wrong elements of the last run's output (-1: not checked)."""
-    if not opts.check:
-        return -1
-    send_elems, _ = buffer_elems(opts.coll, count, comm.nranks)
-    rank = 0 if opts.coll in _SAME_FOR_EVERY_RANK else comm.rank
-    want = _expected(opts.coll, comm.nranks, send_elems, opts.dtype, opts.op, opts.root, rank)
-    got = platform.to_numpy(buffers[1], opts.dtype)
-    return 0 if want is None else int(np.count_nonzero(got[:want.size] != want))
-
-
-def one_thread_sweep(opts: SweepOptions, steps: list, **options) -> list[list[dict]]:
-    """Every rank driven by this thread (GPU only: ``init_all``)."""
-    comms = init_all(opts.nranks, **options, **opts.world)
-    try:
-        return sweep_ranks(comms, lambda: start_all(comms), opts, steps)
-    finally:
-        close_all(comms)
-
-
-def run_sweep(opts: SweepOptions, mode: str = "daemon", backend=None,
-              driver: str = "threads") -> list[dict]:
-    """The sweep in one mode (``daemon`` or a key of BASELINES); one row per size with the
-    slowest rank's time and the wrong elements summed over ranks. ``driver``: ``threads``
-    (``pydfccl.launch``, a thread or process per rank) or ``one`` (this thread drives every
-    rank; GPU only)."""
-    steps = sizes(opts)
-    options = BASELINES.get(mode) or dict(
-        policy=get_policy(opts.policy).with_params(**opts.params))
-    if mode in ("NCCL", "gloo"):       # torch.distributed's backend of that name
-        from ..torch.nccl_bench import run_torch_sweep
-        per_rank = run_torch_sweep(opts, steps, backend=mode.lower())
-    elif driver == "one":
-        per_rank = one_thread_sweep(opts, steps, **options)
-    else:
-        per_rank = launch(sweep_worker, opts.nranks, backend=backend, args=(opts, steps),
-                          **options, **opts.world)
-    factor = bus_factor(opts.coll, opts.nranks)
-    rows = []
-    for i, (nbytes, count) in enumerate(steps):
-        seconds = max(r[i]["seconds"] for r in per_rank)
-        wrongs = [r[i]["wrong"] for r in per_rank]
-        algbw = nbytes / seconds / 1e9
-        rows.append(dict(mode=mode, size=nbytes, count=count, type=opts.dtype, redop=opts.op,
-                         root=opts.root if opts.coll in ("broadcast", "reduce") else -1,
-                         time_us=seconds * 1e6, algbw=algbw, busbw=algbw * factor,
-                         wrong=sum(wrongs) if min(wrongs) >= 0 else -1,
-                         **{k: _summed(per_rank, i, k) for k in ("preemptions", "launches")}))
-    return rows
-
-
-def _summed(per_rank: list, i: int, key: str) -> int:
-    """A count of size ``i``'s timed runs summed over the ranks; -1 where a mode has none
-    (NCCL itself)."""
-    values = [r[i].get(key, -1) for r in per_rank]
-    return sum(values) if min(values) >= 0 else -1
-
-
-def format_table(rows: list[dict], base: dict | None) -> str:
-    """nccl-tests' columns, then what the timed runs cost in preemptions and kernel
-    launches (all ranks; N/A for NCCL itself), the fastest and slowest cycle's times when
-    the sweep ran several (``-N``), and the time over the daemon's for a baseline (with
-    several cycles also ``x paired``: see ``paired_ratios``)."""
-    spread = "time_min_us" in rows[0]
-    paired = "x_daemon_paired" in rows[0]
-    head = (f"{'mode':>8} {'size(B)':>12} {'count':>10} {'type':>8} {'redop':>6} {'root':>5} "
-            f"{'time(us)':>10} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12} {'#wrong':>7} "
-            f"{'preempt':>8} {'launches':>8}")
-    if spread:
-        head += f" {'min(us)':>10} {'max(us)':>10}"
-    if base:
-        head += f" {'x daemon':>9}"
-    if paired:
-        head += f" {'x paired':>9}"
-    lines = [head]
-    for r in rows:
-        line = (f"{r['mode']:>8} {r['size']:>12} {r['count']:>10} {r['type']:>8} "
-                f"{r['redop']:>6} {r['root']:>5} {r['time_us']:>10.1f} {r['algbw']:>12.3f} "
-                f"{r['busbw']:>12.3f} {r['wrong'] if r['wrong'] >= 0 else 'N/A':>7} "
-                f"{_count(r['preemptions']):>8} {_count(r['launches']):>8}")
-        if spread:
-            line += f" {r['time_min_us']:>10.1f} {r['time_max_us']:>10.1f}"
-        if base:
-            line += f" {r['time_us'] / base[r['size']]:>9.2f}"
-        if paired:
-            line += f" {r['x_daemon_paired']:>9.2f}"
-        lines.append(line)
-    return "\n".join(lines)
-
-
-def _count(n: int) -> str:
-    return str(n) if n >= 0 else "N/A"
-
-
-def add_hbm(results: dict, opts: SweepOptions, copy_gbs: dict) -> list[dict]:
-    """Add ``hbm_bytes`` (read plus written by all ranks per run), ``hbm_gbs``, ``copy_gbs``
-    (``copy_gbs[size]``: the copy of the row's size) and ``hbm_pct_of_copy`` to each row of
-    the modes in HBM_MODES; return those rows."""
-    from .hbm import hbm_bytes
-    from ..host.world import WorldConfig
-
-    cfg = WorldConfig(opts.nranks, **opts.world)      # the sizes launch gives the ranks
-    itemsize = storage_dtype(opts.dtype).itemsize
-    counted, out = {}, []
-    for mode in HBM_MODES:
-        for r in results.get(mode, []):
-            if r["count"] not in counted:
-                counted[r["count"]] = hbm_bytes(opts.coll, opts.nranks, r["count"], itemsize,
-                                                root=opts.root, nblocks=cfg.nblocks,
-                                                slot_bytes=cfg.slot_bytes)
-            nbytes = counted[r["count"]]
-            gbs = nbytes / (r["time_us"] * 1e-6) / 1e9
-            copy = copy_gbs[r["size"]]
-            r.update(hbm_bytes=nbytes, hbm_gbs=gbs, copy_gbs=copy,
-                     hbm_pct_of_copy=100 * gbs / copy)
-            out.append(r)
-    return out
-
-
-def format_hbm_table(rows: list[dict]) -> str:
-    head = (f"{'mode':>8} {'size(B)':>12} {'time(us)':>10} {'HBM bytes':>14} "
-            f"{'HBM GB/s':>10} {'copy GB/s':>10} {'% of copy':>10}")
-    lines = [head]
-    for r in rows:
-        lines.append(f"{r['mode']:>8} {r['size']:>12} {r['time_us']:>10.1f} "
-                     f"{r['hbm_bytes']:>14} {r['hbm_gbs']:>10.1f} {r['copy_gbs']:>10.1f} "
-                     f"{r['hbm_pct_of_copy']:>10.1f}")
-    return "\n".join(lines)
-
-
-def all_ranks_on_this_gpu(backend: str | None) -> bool:
-    """A GPU, and the ranks as threads on it: what the one-thread driver and the HBM table
-    need."""
-    return platform.gpu_available() and (backend or default_backend()) == "threads"
-
-
-def hbm_report(results: dict, opts: SweepOptions, backend: str | None) -> str:
-    """The "HBM efficiency" table (adding its values to the rows), or the line that says
-    why there is none: it needs a GPU, and every rank on it (the threads backend)."""
-    if not platform.gpu_available():
-        return "# HBM efficiency: needs a GPU (not measured on the CUDA simulator)"
-    if not all_ranks_on_this_gpu(backend):
-        return (f"# HBM efficiency: only with every rank on this one GPU (the threads "
-                f"backend), not with the {backend or default_backend()} backend")
-    if not any(results.get(mode) for mode in HBM_MODES):
-        return "# HBM efficiency: no row of pydfccl's kernels to count"
-    from .hbm import copy_bandwidths
-
-    copy = copy_bandwidths({r["size"] for m in HBM_MODES for r in results.get(m, [])})
-    rows = add_hbm(results, opts, copy)
-    lines = [f"# HBM efficiency ({opts.coll}, {opts.nranks} ranks on this GPU): HBM bytes = "
-             "read plus written in device memory by all ranks per run, as the step plan "
-             "moves them (pydfccl.cli.hbm); copy = cuMemcpyDtoDAsync of the same size in this run, "
-             "read plus written"]
-    try:
-        l2 = platform.device_attribute("L2_CACHE_SIZE")
-        lines.append(f"# sizes near or under the L2 cache ({l2 / 2**20:.0f} MiB) need not "
-                     "reach HBM")
-    except Exception:     # only a note: the table stands without it
-        pass
-    return "\n".join(lines + [format_hbm_table(rows)])
-
-
-def plot(results: dict, path: str, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for mode, rows in results.items():
-        ax.plot([r["size"] for r in rows], [r["busbw"] for r in rows], marker="o", label=mode)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("size (bytes)")
-    ax.set_ylabel("bus bandwidth (GB/s)")
-    ax.set_title(title)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+EXIT_WRONG = 1      # as nccl-tests: a sweep that read wrong results fails
 
 
 def build_parser() -> argparse.ArgumentParser:
     gpu = platform.gpu_available()
-    p = argparse.ArgumentParser(prog="python -m pydfccl bench", description=__doc__.split("\n")[0],
+    p = argparse.ArgumentParser(prog="python -m pydfccl bench",
+                                description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--coll", default="all_reduce", choices=COLLECTIVE_KINDS)
     p.add_argument("--nranks", type=int, default=2)
@@ -394,8 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--op", default="sum", choices=list(OPS))
     p.add_argument("-r", "--root", type=int, default=0)
     add_policy_options(p)
-    p.add_argument("--baseline", default="launch",
-                   choices=("none", "launch", "nccl", "both", "torch", "all"),
+    p.add_argument("--baseline", default="launch", choices=list(BASELINE_CHOICES),
                    help="launch: a kernel launch per collective; nccl: the no-preemption "
                         "policy; both: those two; torch: NCCL itself through torch.distributed "
                         "(a GPU per rank); all: the three")
@@ -422,39 +107,49 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def median_rows(cycles: list[list[dict]]) -> list[dict]:
-    """One mode's rows from several cycles of the sweep: at each size the row of the cycle
-    with the median time (the lower one of an even count), its fastest and slowest times
-    beside it, and #wrong summed over every cycle."""
-    if len(cycles) == 1:
-        return cycles[0]
-    rows = []
-    for same_size in zip(*cycles):
-        ranked = sorted(same_size, key=lambda r: r["time_us"])
-        wrongs = [r["wrong"] for r in same_size]
-        rows.append(dict(ranked[(len(ranked) - 1) // 2], cycles=len(ranked),
-                         time_min_us=ranked[0]["time_us"], time_max_us=ranked[-1]["time_us"],
-                         wrong=sum(wrongs) if min(wrongs) >= 0 else -1))
-    return rows
+def _options(args: argparse.Namespace) -> tuple[SweepOptions, dict]:
+    """The options, and --param's overrides (for the headline)."""
+    policy, overrides = chosen_policy(args)
+    world = {k: v for k, v in (("nblocks", args.nblocks), ("nthreads", args.nthreads),
+                               ("nslots", args.nslots), ("slot_bytes", args.slot_bytes))
+             if v is not None}
+    opts = SweepOptions(coll=args.coll, nranks=args.nranks, minbytes=args.minbytes,
+                        maxbytes=args.maxbytes, stepfactor=args.stepfactor, iters=args.iters,
+                        warmup=args.warmup, check=bool(args.check), dtype=args.datatype,
+                        op=args.op, root=args.root, policy=policy,
+                        progress=not args.no_progress, world=world)
+    if args.cycles < 1:
+        raise UsageError(f"-N/--cycles must be at least 1, got {args.cycles}")
+    if not 0 <= opts.root < opts.nranks:
+        raise UsageError(f"root {opts.root} out of range for {opts.nranks} ranks")
+    check_world_sizes(opts.nranks, **world)
+    check_backend(args.backend)
+    return opts, overrides
 
 
-def paired_ratios(rows: list[dict], cycles: list[list[dict]], daemon: list[list[dict]]):
-    """Add to a baseline's median rows ``x_daemon_paired``: at each size the median over
-    the cycles of its time over the daemon's in the same cycle. The two runs of a pair are
-    seconds apart, where the cycles' medians may be minutes apart, so a drift of the host
-    between cycles moves this ratio less than it moves ``x daemon``."""
-    for i, row in enumerate(rows):
-        row["x_daemon_paired"] = float(np.median(
-            [mine[i]["time_us"] / theirs[i]["time_us"] for mine, theirs in zip(cycles, daemon)]))
+def _driver(args: argparse.Namespace) -> str:
+    one_possible = all_ranks_on_this_gpu(args.backend)
+    driver = args.driver or ("one" if one_possible else "threads")
+    if driver == "one" and not one_possible:
+        raise UsageError("--driver one needs a GPU and the threads backend")
+    return driver
 
 
-def print_table(rows: list[dict], daemon_rows: list[dict]) -> None:
-    """A mode's table (with its time over the daemon's, unless it is the daemon's) and its
-    average bus bandwidth."""
-    base = None if rows is daemon_rows else {r["size"]: r["time_us"] for r in daemon_rows}
-    print(format_table(rows, base), flush=True)
-    print(f"# {rows[0]['mode']}: Avg bus bandwidth    : "
-          f"{np.mean([r['busbw'] for r in rows]):.3f} GB/s", flush=True)
+def _headline(opts: SweepOptions, overrides: dict, backend: str | None, driver: str) -> str:
+    drivers = {"one": "one thread driving every rank",
+               "threads": f"a thread or process per rank ({backend or default_backend()} "
+                          "backend)"}
+    lines = [f"# pydfccl bench on the {where()}: {opts.coll}, {opts.nranks} ranks, "
+             f"{drivers[driver]}, policy {policy_label(opts.policy, overrides)}, "
+             f"{opts.iters} runs per size after {opts.warmup} warm-up"
+             + "".join(f", {k} {v}" for k, v in opts.world.items())]
+    if opts.coll == "all_reduce":
+        _, slot_bytes = machine_sizes(opts.nranks, slot_bytes=opts.world.get("slot_bytes"))
+        most = one_shot_limit(opts.nranks, slot_bytes)
+        lines.append(f"# all_reduce up to {most} bytes runs one-shot, larger in the ring "
+                     "(PYDFCCL_ONE_SHOT_BYTES; docs/design.md)" if most else
+                     "# all_reduce runs in the ring at every size")
+    return "\n".join(lines)
 
 
 def main(argv: list[str]) -> int:
@@ -462,98 +157,45 @@ def main(argv: list[str]) -> int:
         from .bench import main as latency_main
         return latency_main(argv[1:])
     args = build_parser().parse_args(argv)
-    try:
-        _, params = chosen_policy(args)
-    except ValueError as exc:
-        print(f"bench: --param {exc}", file=sys.stderr)
-        return 2
-    opts = SweepOptions(coll=args.coll, nranks=args.nranks, minbytes=args.minbytes,
-                        maxbytes=args.maxbytes, stepfactor=args.stepfactor, iters=args.iters,
-                        warmup=args.warmup, check=bool(args.check), dtype=args.datatype,
-                        op=args.op, root=args.root, policy=args.policy,
-                        params=params, progress=not args.no_progress,
-                        world={k: v for k, v in (("nblocks", args.nblocks),
-                                                 ("nthreads", args.nthreads),
-                                                 ("nslots", args.nslots),
-                                                 ("slot_bytes", args.slot_bytes)) if v})
-    if args.cycles < 1:
-        print(f"bench: -N/--cycles must be at least 1, got {args.cycles}", file=sys.stderr)
-        return 2
-    if not 0 <= opts.root < opts.nranks:
-        print(f"bench: root {opts.root} out of range for {opts.nranks} ranks", file=sys.stderr)
-        return 2
-    where = "GPU" if platform.gpu_available() else "CUDA simulator (CPU)"
-    one_possible = all_ranks_on_this_gpu(args.backend)
-    driver = args.driver or ("one" if one_possible else "threads")
-    if driver == "one" and not one_possible:
-        print("bench: --driver one needs a GPU and the threads backend", file=sys.stderr)
-        return 2
-    drivers = {"one": "one thread driving every rank",
-               "threads": f"a thread or process per rank ({args.backend or default_backend()} "
-                          "backend)"}
-    print(f"# pydfccl bench on the {where}: {opts.coll}, {opts.nranks} ranks, "
-          f"{drivers[driver]}, policy "
-          f"{opts.policy}" + "".join(f" {k}={v}" for k, v in opts.params.items())
-          + f", {opts.iters} runs per size after {opts.warmup} warm-up"
-          + "".join(f", {k} {v}" for k, v in opts.world.items()))
-    if opts.coll == "all_reduce":
-        _, slot_bytes = machine_sizes(opts.nranks, slot_bytes=opts.world.get("slot_bytes"))
-        most = one_shot_limit(opts.nranks, slot_bytes)
-        print(f"# all_reduce up to {most} bytes runs one-shot, larger in the ring "
-              "(PYDFCCL_ONE_SHOT_BYTES; docs/design.md)" if most else
-              "# all_reduce runs in the ring at every size")
-    modes = ["daemon"] + {"none": [], "launch": ["launch"], "nccl": ["nccl"],
-                          "both": ["launch", "nccl"], "torch": ["torch"],
-                          "all": ["launch", "nccl", "torch"]}[args.baseline]
-    if "torch" in modes:
-        from ..torch.nccl_bench import torch_baseline_unavailable
+    opts, overrides = _options(args)
+    driver = _driver(args)
+    print(_headline(opts, overrides, args.backend, driver))
+    modes, torch_skipped = bench_modes(args.baseline, args.torch_backend, opts.coll,
+                                       opts.nranks)
+    if torch_skipped:
+        print(f"# torch baseline skipped: {torch_skipped}")
+    first: dict = {}        # each mode's first rows; the daemon's are the tables' base
 
-        why = torch_baseline_unavailable(opts.coll, opts.nranks, args.torch_backend)
-        modes.remove("torch")
-        if why:
-            print(f"# torch baseline skipped: {why}")
-        else:
-            modes.append("NCCL" if args.torch_backend == "nccl" else "gloo")
-    cycles: dict = {mode: [] for mode in modes}
-    for cycle in range(args.cycles):    # the modes take turns, so that drift on the host
-        for mode in modes:              # or the device over a long run reaches them alike
-            rows = run_sweep(opts, mode, args.backend, driver)
-            cycles[mode].append(rows)
-            if args.cycles > 1:
-                # a line a cycle, with every size's time: a sweep cut off by a time limit
-                # still leaves its figures
-                print(f"# cycle {cycle + 1}/{args.cycles}, {mode}: Avg bus bandwidth    : "
-                      f"{np.mean([r['busbw'] for r in rows]):.3f} GB/s; time(us) by size(B): "
-                      + " ".join(f"{r['size']}:{r['time_us']:.1f}" for r in rows), flush=True)
-            else:       # each table as soon as it is measured: a long sweep shows progress
-                print_table(rows, cycles["daemon"][0])
-    results = {mode: median_rows(runs) for mode, runs in cycles.items()}
+    def show(cycle: int, mode: str, rows: list) -> None:
+        first.setdefault(mode, rows)
+        if args.cycles > 1:
+            print(cycle_line(cycle, args.cycles, mode, rows), flush=True)
+        else:       # each table as soon as it is measured: a long sweep shows progress
+            print(mode_table(rows, first["daemon"]), flush=True)
+
+    cycles = run_cycles(opts, modes, args.cycles, args.backend, driver, on_rows=show)
+    results = combine_cycles(cycles)
     if args.cycles > 1:
-        for mode in modes[1:]:
-            paired_ratios(results[mode], cycles[mode], cycles["daemon"])
         print(f"# the median of {args.cycles} cycles at each size (#wrong: all cycles)")
         for mode in modes:
-            print_table(results[mode], results["daemon"])
+            print(mode_table(results[mode], results["daemon"]), flush=True)
+    hbm_failed = False
     if not args.no_hbm:
         try:
             print(hbm_report(results, opts, args.backend), flush=True)
-        except Exception as exc:     # an extra table: the sweep's rows are still written
-            print(f"# HBM efficiency: failed: {exc!r}", file=sys.stderr, flush=True)
+        except Exception:    # an extra table: the rows are still written, and the exit fails
+            traceback.print_exc()
+            hbm_failed = True
     all_rows = [r for rows in results.values() for r in rows]
     if args.csv:
-        import csv
-        fields = list(dict.fromkeys(k for r in all_rows for k in r))  # the HBM keys: some rows
-        with open(args.csv, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=fields)
-            writer.writeheader()
-            writer.writerows(all_rows)
+        write_csv(all_rows, args.csv)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(dict(options=asdict(opts), rows=all_rows), f, indent=1)
+        write_json(opts, all_rows, args.json)
     if args.plot:
-        plot(results, args.plot, f"pydfccl {opts.coll}, {opts.nranks} ranks ({where})")
+        plot(results, args.plot, f"pydfccl {opts.coll}, {opts.nranks} ranks ({where()})")
     wrong = sum(max(0, r["wrong"]) for r in all_rows)
-    if wrong:       # as nccl-tests: a sweep that read wrong results fails
+    if wrong:
         print(f"bench: {wrong} wrong elements", file=sys.stderr)
-        return 1
-    return 0
+    if hbm_failed:
+        print("bench: the HBM efficiency table failed (above)", file=sys.stderr)
+    return EXIT_WRONG if wrong or hbm_failed else 0

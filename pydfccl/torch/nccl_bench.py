@@ -95,7 +95,7 @@ def _rank_main(spec: dict) -> list:
     import torch.distributed as dist
 
     from ..protocol.reference import buffer_elems, reference
-    from ..cli.sweep import _input
+    from ..cli.sweep_spec import sweep_input
     from .convert import torch_op
 
     rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -110,7 +110,7 @@ def _rank_main(spec: dict) -> list:
     rows = []
     for _, count in spec["steps"]:
         send_elems, recv_elems = buffer_elems(spec["coll"], count, size)
-        fresh = _tensor(torch, _input(rank, send_elems, spec["dtype"]), device)
+        fresh = _tensor(torch, sweep_input(rank, send_elems, spec["dtype"]), device)
         send = fresh.clone()
         recv = send if in_place else torch.empty(recv_elems, dtype=send.dtype, device=device)
         for _ in range(spec["warmup"]):
@@ -127,7 +127,7 @@ def _rank_main(spec: dict) -> list:
             send.copy_(fresh)
             _call(dist, spec, send, recv, op)
             sync()
-            want = reference(spec["coll"], [_input(r, send_elems, spec["dtype"])
+            want = reference(spec["coll"], [sweep_input(r, send_elems, spec["dtype"])
                                             for r in range(size)], spec["op"], spec["root"],
                              rank)
             got = _array(recv)

@@ -4,7 +4,7 @@ copy it is compared with (GPU only); the sweep's HBM efficiency table (issue #5)
 import pytest
 
 from pydfccl import cli, platform
-from pydfccl.cli import hbm, sweep
+from pydfccl.cli import hbm, sweep_hbm, sweep_spec
 from pydfccl.kernels.plans import one_shot
 from pydfccl.kernels.primitives import F_RECV, F_SEND, F_USER_IN, F_USER_OUT
 
@@ -132,11 +132,11 @@ def test_hbm_report_on_a_gpu_adds_the_table_and_the_keys(monkeypatch):
     # what main() prints on a GPU, with the copy's figures given (the CPU cannot time one)
     monkeypatch.setattr(platform, "gpu_available", lambda: True)
     monkeypatch.setattr(hbm, "copy_bandwidths", lambda sizes: {s: 3000.0 for s in sizes})
-    opts = sweep.SweepOptions(nranks=4, world=dict(nblocks=16, slot_bytes=1 << 20))
+    opts = sweep_spec.SweepOptions(nranks=4, world=dict(nblocks=16, slot_bytes=1 << 20))
     big = 256 << 20
     results = {"daemon": _rows("daemon", [(1 << 20, 2000.0), (big, 3107.8)]),
                "NCCL": _rows("NCCL", [(big, 1000.0)])}      # torch's: not our algorithm
-    text = sweep.hbm_report(results, opts, "threads")
+    text = sweep_hbm.hbm_report(results, opts, "threads")
     assert "HBM efficiency" in text and "% of copy" in text and "copy GB/s" in text
     r = results["daemon"][1]
     assert r["hbm_bytes"] == 20 * big                   # (6n-4)S, n = 4
@@ -146,7 +146,7 @@ def test_hbm_report_on_a_gpu_adds_the_table_and_the_keys(monkeypatch):
     assert f"{r['hbm_bytes']:>14}" in text and f"{r['hbm_pct_of_copy']:.1f}" in text
     assert "hbm_bytes" not in results["NCCL"][0]
     # ranks on several GPUs (processes): the bytes are not one GPU's, so no table
-    text = sweep.hbm_report({"daemon": _rows("daemon", [(64, 10.0)])}, opts, "processes")
+    text = sweep_hbm.hbm_report({"daemon": _rows("daemon", [(64, 10.0)])}, opts, "processes")
     assert "only with every rank on this one GPU" in text and "% of copy" not in text
 
 
@@ -154,7 +154,7 @@ def test_hbm_report_without_a_gpu_says_it_needs_one():
     if platform.gpu_available():
         pytest.skip("a GPU")
     rows = _rows("daemon", [(64, 10.0)])
-    text = sweep.hbm_report({"daemon": rows}, sweep.SweepOptions(), None)
+    text = sweep_hbm.hbm_report({"daemon": rows}, sweep_spec.SweepOptions(), None)
     assert text == "# HBM efficiency: needs a GPU (not measured on the CUDA simulator)"
     assert "hbm_bytes" not in rows[0]
 
@@ -164,7 +164,7 @@ def test_bench_on_the_simulator_says_the_hbm_table_needs_a_gpu(tmp_path, capsys)
 
     out_json = tmp_path / "b.json"
     argv = ["bench", "--nranks", "2", "-b", "8", "-e", "64", "-n", "1", "-w", "0",
-            "--baseline", "none", "--no-progress", "--json", str(out_json)]
+            "--baseline", "none", "--json", str(out_json)]
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
     assert "busbw(GB/s)" in out                           # the main table is still there

@@ -48,17 +48,83 @@ def test_threads_and_launches_stay_bounded():
     assert out["stats"]["launches"] <= 400
 
 
-def test_soak_command_short_form(capsys):
-    from pydfccl.cli import soak
-
-    code = soak.main(["--schedules", "3", "--max-ranks", "3", "--max-count", "40",
-                      "--max-colls", "3", "--no-progress"])
-    out = capsys.readouterr().out
-    assert code == 0, out
+def _soak_summary(out: str) -> tuple:
+    """(submitted, completed, lost, verified, wrong) from the soak's summary."""
     runs = re.search(r"runs: (\d+) submitted on all ranks, (\d+) completed, (\d+) lost; "
                      r"outputs verified: (\d+) .*, wrong: (\d+)", out)
     assert runs, out
-    submitted, completed, lost, verified, wrong = map(int, runs.groups())
+    return tuple(map(int, runs.groups()))
+
+
+def test_soak_for_some_seconds_as_a_user_types_it():
+    """``python -m pydfccl soak --seconds 5``, exactly: its progress bar has no total (no
+    schedule count), which crashed the command after its first schedule."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "pydfccl", "soak", "--seconds", "5"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert "pydfccl soak on the " in done.stdout and ": 5 s, 2.." in done.stdout
+    assert re.search(r"soak on the .*: \d+ schedules? \(seed 0, policy dfccl\) in ",
+                     done.stdout), done.stdout
+    submitted, completed, lost, verified, wrong = _soak_summary(done.stdout)
+    assert submitted == completed > 0 and lost == 0 and wrong == 0 and verified > 0
+    assert "OK: every output verified, nothing lost" in done.stdout
+    assert "schedule/s" in done.stderr or "schedule [" in done.stderr     # the bar ran
+
+
+def test_soak_names_a_bad_argument_in_one_line_and_exits_2(capsys):
+    from pydfccl import cli
+
+    for argv, message in ((["--max-ranks", "1"], "--max-ranks must be at least 2"),
+                          (["--seconds", "0"], "--seconds must be more than 0"),
+                          (["--param", "NOPE=1"], "--param policy 'dfccl' has no parameter")):
+        assert cli.main(["soak"] + argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("python -m pydfccl soak: error: " + message), err
+        assert err.count("\n") == 1
+
+
+def test_soak_passes_the_policy_the_parser_built_down_to_launch(monkeypatch, capsys):
+    from pydfccl import cli
+    from pydfccl.cli import soak, soak_run
+
+    built, launched = [], []
+    real = soak.chosen_policy
+
+    def chosen_policy(args):
+        built.append(real(args))
+        return built[-1]
+
+    def launch(worker, nranks, *, policy, **kw):
+        launched.append(policy)
+        stats = dict(completed=1, preemptions=0, relaunches=0, dropped_buffers=0)
+        return [dict(rank=r, submitted=1, verified=1, wrong=[], stats=stats)
+                for r in range(nranks)]
+
+    monkeypatch.setattr(soak, "chosen_policy", chosen_policy)
+    monkeypatch.setattr(soak_run, "launch", launch)
+    assert cli.main(["soak", "-s", "2", "--param", "BASE=9"]) == 0
+    ((policy, overrides),) = built
+    assert launched == [policy, policy] and all(p is policy for p in launched)
+    assert policy.params["BASE"] == 9 and overrides == {"BASE": 9}
+    assert "policy dfccl BASE=9" in capsys.readouterr().out
+
+
+def test_soak_command_short_form(capsys):
+    """As a user runs it: through the dispatch, with the progress bar on (on stderr: the
+    soak draws it in this process; the summary on stdout still parses)."""
+    from pydfccl import cli
+
+    code = cli.main(["soak", "--schedules", "3", "--max-ranks", "3", "--max-count", "40",
+                     "--max-colls", "3"])
+    captured = capsys.readouterr()
+    out = captured.out
+    assert code == 0, out + captured.err
+    assert "soak: 100%" in captured.err and "3/3" in captured.err      # the bar ran
+    submitted, completed, lost, verified, wrong = _soak_summary(out)
     assert submitted == completed > 0 and lost == 0 and wrong == 0 and verified > 0
     assert "3 schedules" in out and "resources of this process" in out
     table = out.split("resources of this process:\n", 1)[1].splitlines()

@@ -30,6 +30,7 @@ import numpy as np
 
 from ..protocol import layout as L
 from .. import platform
+from ..platform import backend
 from .buffers import BufferChecker, dropped_by_user
 from ..protocol.codes import (OUT_OF_PLACE_ONLY, POINT_TO_POINT, dtype_code, kind_code,
                     normalize_dtype, op_code)
@@ -148,8 +149,8 @@ class Communicator:
         self._abort_word = ctl["abort"][rank: rank + 1]
         self._submitted_word = ctl["host_submitted"][rank: rank + 1]
         self._completed_word = ctl["host_completed"][rank: rank + 1]
-        timeout = watchdog_timeout if watchdog_timeout is not None else (
-            60.0 if platform.SIMULATOR else 20.0)
+        timeout = (watchdog_timeout if watchdog_timeout is not None
+                   else backend.watchdog_seconds)
         self._watchdog = Watchdog(world, rank, timeout, self._describe_coll)
         # A late registration that a peer has not matched by then is reported as such, before
         # the watchdog would call the stall a deadlock.
@@ -278,14 +279,14 @@ class Communicator:
             table[index[coll_id]] = self._table_entry(spec, conn[coll_id])
         pool = self.world.pools[self.rank]
         pool.write(L.P_COLLS, table)
-        pool.write(L.P_PARAMS, self.policy.param_array(platform.SIMULATOR))
+        pool.write(L.P_PARAMS, backend.policy_params(self.policy))
         self._placer = LatePlacer(self.nranks, cfg.max_colls, len(index), used)
         self._by_index = {i: c for c, i in index.items()}   # every rank's ids, for reports
         self._tracer = TraceReader(self.world.pools[self.rank], self.rank, cfg.nblocks,
                                    self._by_index)
         self._stream = platform.new_stream()
         self._daemon = _daemon_for(self.policy, cfg.nthreads)
-        if platform.WAIT_SPIN_SECONDS > 0:    # waiters spin in compiled loops: load them now
+        if backend.waiter_spin_seconds > 0:    # waiters spin in compiled loops: load them now
             warm_up()
         self._state = "started"
         logger.info("rank %d/%d started: %d collectives, policy %s, %s", self.rank, self.nranks,
@@ -399,11 +400,11 @@ class Communicator:
         try:
             with self._lock:   # as with NCCL, the sync comes after the submitted work's launch
                 generation = self._launcher.wait_on_stream(stop)
-            if not platform.SIMULATOR:
-                platform.synchronize_device()
-            else:
+            if backend.launch_runs_kernel:    # the launch ending is the kernel ending
                 with self._lock:
                     self._launcher.wait_for_launch_end(generation, stop)
+            else:
+                platform.synchronize_device()
         finally:
             self._row["host_blocked"] = 0
         if self._row["abort"][0] and self._state == "started":

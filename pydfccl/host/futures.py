@@ -18,7 +18,7 @@ from concurrent.futures import Future
 from concurrent.futures._base import (CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING,
                                       RUNNING)
 
-from .. import platform
+from ..platform import backend
 
 __all__ = ["CollectiveFuture"]
 
@@ -33,7 +33,7 @@ class CollectiveFuture(Future):
     completion queue itself instead of waiting for the poller thread to wake it, which
     saves a thread hand-off (tens of microseconds in Python) per collective."""
 
-    SPIN_SECONDS = platform.WAIT_SPIN_SECONDS   # then a blocking wait on the poller
+    SPIN_SECONDS = backend.waiter_spin_seconds   # then a blocking wait on the poller
 
     def __init__(self, comm, running: bool = False):
         # the base class's state, less the condition (made on first use, below)

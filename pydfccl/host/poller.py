@@ -25,6 +25,7 @@ import time
 import numpy as np
 
 from .. import platform
+from ..platform import backend
 from .hostspin import SPINS_PER_CALL, wait_for_any_stamp
 
 __all__ = ["poller"]
@@ -117,7 +118,7 @@ class Poller:
             unhelped = unhelped_comms(busy, time.perf_counter())
             if not unhelped:
                 time.sleep(SLEEP_WHEN_HELPED)
-            elif platform.WAIT_SPIN_SECONDS > 0 and quiet < SPIN_ROUNDS:
+            elif backend.waiter_spin_seconds > 0 and quiet < SPIN_ROUNDS:
                 addrs, wants = zip(*(c._next_stamp() for c in unhelped))
                 wait_for_any_stamp(np.array(addrs, np.int64), np.array(wants, np.int64),
                                    SPINS_PER_CALL)

@@ -190,6 +190,11 @@ class World:
     def nranks(self) -> int:
         return self.config.nranks
 
+    def activity(self) -> int:
+        """Changes whenever any rank submits or makes progress: a reason to relaunch."""
+        ctl = self.ctl
+        return int(ctl["host_submitted"].sum()) + int(ctl["blocks"]["progress"].sum())
+
     def set_report(self, text: str) -> None:
         raw = text.encode()[: REPORT_BYTES - 1]
         self.report[: len(raw)] = np.frombuffer(raw, np.uint8)

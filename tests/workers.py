@@ -272,7 +272,8 @@ def runs_in_flight(comm, ncolls: int, runs: int, count: int):
     copies = pool.read(L.P_SQ_COPY, L.SQ_CAP * L.SQ_COPY_SIZE).view(L.SQ_COPY)
     kept = range(max(0, sq_seen - L.SQ_CAP), sq_seen)    # both rings hold the last SQ_CAP
     copied = [[int(copies[k % L.SQ_CAP][f]) for f in fields] for k in kept]
-    submitted = [[int(comm._sq[f][k % L.SQ_CAP]) for f in fields] for k in kept]
+    sq = comm.world.ctl["sq"][comm.rank]
+    submitted = [[int(sq[f][k % L.SQ_CAP]) for f in fields] for k in kept]
     return dict(results=results, salt=salt, submitted_at_once=submitted_at_once,
                 stats=comm.stats(), sq_seen=sq_seen, copied=copied, submitted=submitted)
 
@@ -297,23 +298,19 @@ class _LaunchRecorder:
         self._real(configured, args)
 
     def add(self, comm) -> list:
-        from pydfccl.host import communicator
-
         with self._lock:
             if not self._held:
-                self._real = communicator.platform.launch
-                communicator.platform.launch = self._launch
+                self._real = platform.launch
+                platform.launch = self._launch
             held = []
             self._held[id(comm._launcher._configured)] = (comm, held)
             return held
 
     def remove(self, comm) -> None:
-        from pydfccl.host import communicator
-
         with self._lock:
             del self._held[id(comm._launcher._configured)]
             if not self._held:
-                communicator.platform.launch = self._real
+                platform.launch = self._real
 
 
 _launch_recorder = _LaunchRecorder()
@@ -341,19 +338,19 @@ def baseline_launch_takes_runs_up_to_its_limit(comm, runs: int):
     submits ``runs`` runs: how many went to the SQ; which completed after a launch limited
     to the first run; then the results once a launch takes them all."""
     import numpy as np
-    from pydfccl.host import communicator
 
     comm.prepare(0, "all_reduce", count=4, dtype="int64")
     comm.start()
-    real_launch = communicator.platform.launch
-    communicator.platform.launch = lambda configured, args: None
+    real_launch = platform.launch
+    platform.launch = lambda configured, args: None
     try:
         x = _fill(comm, np.full(4, 7, np.int64))
         futures = [comm.run(0, x, comm.empty(4, "int64")) for _ in range(runs)]
         submitted = comm.stats()["submitted"]
     finally:
-        communicator.platform.launch = real_launch
-    real_launch(comm._launcher._configured, comm._launch_args[:-1] + (np.int64(1),))   # the first run
+        platform.launch = real_launch
+    real_launch(comm._launcher._configured,
+                comm._launch_args[:-1] + (np.int64(1),))   # the first run
     futures[0].result(timeout=120)
     time.sleep(0.5)                            # no kernel runs now: nothing else can finish
     done_after_first = [f.done() for f in futures]
@@ -567,7 +564,7 @@ def one_shot_limits_differ(comm, late: bool):
     from pydfccl.kernels.plans import KINDS
 
     if comm.rank == 1:
-        comm._daemon_kind = lambda spec: KINDS[spec.kind]
+        comm._catalog.daemon_kind = lambda spec: KINDS[spec.kind]
     if late:
         comm.start()
     comm.prepare(0, "all_reduce", count=4, dtype="float32")
@@ -608,18 +605,19 @@ def undrained_completions(comm, seconds: float):
     the rank made while it waited with that completion undrained."""
     comm.prepare(0, "all_reduce", count=4, dtype="float32")
     comm.start()
-    comm._drain_cq = lambda: 0      # this communicator only (GPU ranks share the class)
+    cq = comm._cq
+    cq.drain = lambda: 0      # this communicator's CQ only (GPU ranks share the class)
     try:
         x = _fill(comm, np.full(4, comm.rank + 1, np.float32))
         future = comm.run(0, x)
-        slot = comm._cq_head % L.CQ_CAP
+        stamps = comm.world.ctl["cq"]["stamp"][comm.rank]
         deadline = time.monotonic() + 60
-        while comm._cq_stamp[slot] != comm._cq_head + 1 and time.monotonic() < deadline:
+        while stamps[cq.head % L.CQ_CAP] != cq.head + 1 and time.monotonic() < deadline:
             time.sleep(0.01)
         stamped = comm.stats()["launches"]
         time.sleep(seconds)
         waited = comm.stats()["launches"]
     finally:
-        del comm._drain_cq
+        del cq.drain
     total = platform.to_numpy(future.result(timeout=60)).tolist()
     return dict(stamped=stamped, waited=waited, total=total)

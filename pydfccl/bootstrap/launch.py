@@ -107,7 +107,7 @@ class _ThreadExchange:
 
 
 def _launch_threads(worker, nranks, options, timeout, args, config):
-    if platform.SIMULATOR:
+    if platform.backend.one_kernel_per_process:
         raise PydfcclError("the threads backend needs a GPU: the simulator runs one kernel per "
                            "process; use backend='processes'")
     world = World(WorldConfig(nranks, **config))
@@ -195,7 +195,7 @@ def _rank_process(rank, config, shm_names, options, worker, pipe, args):
 
 
 def _launch_processes(worker, nranks, options, timeout, args, config):
-    simulator = platform.SIMULATOR or not platform.gpu_available()
+    simulator = not platform.gpu_available()
     config = dict(WorldConfig(nranks, simulator=simulator, **config).as_dict())
     cfg = WorldConfig(**config)
     if simulator:

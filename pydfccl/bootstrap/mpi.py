@@ -138,7 +138,7 @@ def communicator_from_group(group, *, policy="dfccl", watchdog_timeout=None,
     from ..host.communicator import Communicator
     from ..host.world import MAX_THREADS, WorldConfig, gpu_nblocks
 
-    if not platform.SIMULATOR:
+    if not platform.backend.kernels_on_host:     # kernels on a GPU: each rank picks one
         on_gpu = choose_gpu(group)
         if sizes.get("nblocks") is None:
             sizes["nblocks"] = gpu_nblocks(on_gpu * daemons_per_rank,

@@ -44,7 +44,7 @@ def _versions() -> list[tuple]:
 
 
 def _gpus() -> list[tuple]:
-    if platform.SIMULATOR or not platform.gpu_available():
+    if not platform.gpu_available():
         return [(NOTE, "device", "no GPU: kernels run on the Numba CUDA simulator, one process "
                  "per rank (slow, for tests and teaching)")]
     from cuda.bindings import driver

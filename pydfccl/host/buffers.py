@@ -9,7 +9,7 @@ import weakref
 
 import numpy as np
 
-from .. import platform
+from ..platform import backend
 from ..protocol.codes import BFLOAT16
 
 __all__ = ["buffer_info", "dtype_accepted", "check_buffer", "BufferChecker", "dropped_by_user"]
@@ -17,7 +17,7 @@ __all__ = ["buffer_info", "dtype_accepted", "check_buffer", "BufferChecker", "dr
 
 def buffer_info(array):
     """(address, element count, dtype, contiguous) of a device array (numpy in the simulator)."""
-    if platform.SIMULATOR:
+    if backend.device_memory_is_host:
         if not isinstance(array, np.ndarray):
             raise TypeError("expected a numpy array under the simulator, got "
                             f"{type(array).__name__}")
@@ -89,7 +89,8 @@ class BufferChecker:
         last = self._last.get((spec.coll_id, role))
         if last is not None and last[0]() is array:
             return last[1]
-        iface = None if platform.SIMULATOR else getattr(array, "__cuda_array_interface__", None)
+        iface = (None if backend.device_memory_is_host
+                 else getattr(array, "__cuda_array_interface__", None))
         if iface is None:
             return check_buffer(array, spec, role, needed)
         key = (spec.coll_id, role, iface["typestr"], iface["shape"], iface.get("strides"))
@@ -97,7 +98,7 @@ class BufferChecker:
         if key not in self._accepted or not addr:
             addr = check_buffer(array, spec, role, needed)
             self._accepted.add(key)
-        if type(array) is platform.NUMBA_DEVICE_ARRAY:
+        if type(array) is backend.numba_device_array:
             self._last[(spec.coll_id, role)] = (weakref.ref(array), addr)
         return addr
 

@@ -1,12 +1,12 @@
 """The Future that ``Communicator.run`` returns: a ``concurrent.futures.Future`` made cheap.
 
 A ``concurrent.futures.Future`` builds a ``threading.Condition`` when it is made (1.2 us on
-the H200's host, ``probe_latency``, 2026-11-30) and takes it to start, to finish and to read
-its result: on the 2-core development machine making, finishing and reading one took 5.1 us
-against 1.0 us for a ``CollectiveFuture`` (timeit, 2026-11-30). Most of pydfccl's futures
-are finished by the very thread that then reads them, with nobody blocked on them, so a
-``CollectiveFuture`` makes its condition only when something needs one: a thread that
-blocks in ``result()``, a done-callback, ``concurrent.futures.wait`` or ``as_completed``.
+the H200's host) and takes it to start, to finish and to read its result: making, finishing
+and reading one took 5.1 us against 1.0 us for a ``CollectiveFuture`` (timeit on a 2-core
+machine). Most of pydfccl's futures are finished by the very thread that then reads them,
+with nobody blocked on them, so a ``CollectiveFuture`` makes its condition only when
+something needs one: a thread that blocks in ``result()``, a done-callback,
+``concurrent.futures.wait`` or ``as_completed``.
 Everything the base class does goes through ``_condition``, so it keeps working unchanged;
 only finishing and reading a future nobody waits on skip it.
 """
@@ -18,7 +18,7 @@ from concurrent.futures import Future
 from concurrent.futures._base import (CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING,
                                       RUNNING)
 
-from .. import platform
+from ..platform import backend
 
 __all__ = ["CollectiveFuture"]
 
@@ -31,11 +31,13 @@ _making_condition = threading.Lock()
 class CollectiveFuture(Future):
     """A Future whose ``result()`` helps: while it waits, the calling thread drains the
     completion queue itself instead of waiting for the poller thread to wake it, which
-    saves a thread hand-off (tens of microseconds in Python) per collective."""
+    saves a thread hand-off (tens of microseconds in Python) per collective. ``queue`` is
+    what it helps: anything with ``help_until_done(future, timeout)`` (a
+    ``completion.CompletionQueue``)."""
 
-    SPIN_SECONDS = platform.WAIT_SPIN_SECONDS   # then a blocking wait on the poller
+    SPIN_SECONDS = backend.waiter_spin_seconds   # then a blocking wait on the poller
 
-    def __init__(self, comm, running: bool = False):
+    def __init__(self, queue, running: bool = False):
         # the base class's state, less the condition (made on first use, below)
         self._state = RUNNING if running else PENDING
         self._result = None
@@ -43,7 +45,7 @@ class CollectiveFuture(Future):
         self._waiters = []
         self._done_callbacks = []
         self._lazy_condition = None
-        self._comm = comm
+        self._queue = queue
         self.has_callbacks = False   # a callback may free device memory where it runs
         self.finished = False        # set before the result: a waiting thread reads it
         #                              without done()'s lock
@@ -80,13 +82,13 @@ class CollectiveFuture(Future):
         return self._state in (FINISHED, CANCELLED, CANCELLED_AND_NOTIFIED)   # one read
 
     def result(self, timeout=None):
-        self._comm._help_until_done(self, timeout)
+        self._queue.help_until_done(self, timeout)
         if self._state == FINISHED and self._exception is None:
             return self._result    # final once set: no lock needed to read it
         return super().result(timeout)
 
     def exception(self, timeout=None):
-        self._comm._help_until_done(self, timeout)
+        self._queue.help_until_done(self, timeout)
         if self._state == FINISHED:
             return self._exception
         return super().exception(timeout)

@@ -56,10 +56,10 @@ def wait_for_any_stamp(addrs, wants, spins):
 
 def warm_up() -> None:
     """Load both loops now, with the argument types their callers pass. Numba's first call
-    of a function in a process takes 0.4 to 0.7 s even from its disk cache (the
-    development machine, 2026-12-01), and it came in the first ``result()``: in a traced
-    demo on the H200 (2026-12-01 01:54) every rank's daemon had completed its first
-    iteration's runs within 4 to 11 ms, and the host had the results after 350 ms."""
+    of a function in a process takes 0.4 to 0.7 s even from its disk cache, and it came in
+    the first ``result()``: in a traced demo on the H200 every rank's daemon had completed
+    its first iteration's runs within 4 to 11 ms, and the host had the results after
+    350 ms."""
     word = np.zeros(1, np.int64)
     wait_for_stamp(word.ctypes.data, 0, 1)
     wait_for_any_stamp(np.array([word.ctypes.data], np.int64), np.zeros(1, np.int64), 1)

@@ -26,6 +26,7 @@ from contextlib import nullcontext
 import numpy as np
 
 from .. import platform
+from ..platform import backend
 from ..errors import PydfcclError
 from ..log import logger
 
@@ -164,13 +165,14 @@ class Launcher:
                             self._set(LaunchState.IDLE, "nothing undone")
                         self._wait(min(pause, 2e-4) if undone else IDLE_LOOK)
                     self.launches += 1
-                    # a simulated launch runs the kernel on this thread: running from the call
-                    self._set(LaunchState.LAUNCHING if platform.LAUNCHES_ARE_QUEUED
-                              else LaunchState.RUNNING, f"launch {self.launches}, {undone} undone")
+                    # a launch that runs the kernel on this thread: running from the call on
+                    self._set(LaunchState.RUNNING if backend.launch_runs_kernel
+                              else LaunchState.LAUNCHING,
+                              f"launch {self.launches}, {undone} undone")
                 before = self._activity()
                 with platform.deferred_frees() if not self._quits else nullcontext():
                     platform.launch(self._configured, self._args)
-                    if platform.LAUNCHES_ARE_QUEUED:
+                    if not backend.launch_runs_kernel:
                         with self._cond:
                             self._set(LaunchState.RUNNING, "on the stream")
                     platform.wait_stream(self._stream)

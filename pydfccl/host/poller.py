@@ -14,6 +14,10 @@ has a thread waiting in ``Future.result()``, which drains that CQ itself, and wa
 the others' stamps; it sleeps on a condition (50 ms at a time) when nothing is
 outstanding. Every turn it refreshes each communicator's heartbeat in the shared control
 rows: a peer whose heartbeat stops is reported as a failed rank (``watchdog.silent_ranks``).
+
+It sees a communicator only through a ``polled.PolledRank``: ``beat``, ``needs_polling``,
+``poll_once``, ``next_stamp``, ``drain_trace``, and the counters ``helpers``, ``helped_at``
+and ``submitted``.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import time
 import numpy as np
 
 from .. import platform
+from ..platform import backend
 from .hostspin import SPINS_PER_CALL, wait_for_any_stamp
 
 __all__ = ["poller"]
@@ -32,8 +37,8 @@ __all__ = ["poller"]
 # Every busy communicator has a thread waiting in result() that drains for itself, or had
 # one this recently (it is likely back soon): the poller then only beats and watches, every
 # SLEEP_WHEN_HELPED. Each of its turns takes the GIL for microseconds; at 100 us the 2-rank
-# 8-byte latency from one thread was 66.4 us, at 1 ms 54.7 us (H200, 2026-11-30 09:23,
-# scripts/probe_host_knobs.py; 81.9 against 56.7 at 09:09).
+# 8-byte latency from one thread was 66.4 us, at 1 ms 54.7 us (H200,
+# scripts/probe_host_knobs.py).
 SLEEP_WHEN_HELPED = 1e-3
 HELPED_RECENTLY = 1e-3
 SLEEP_WHEN_QUIET = 2e-6      # simulator: no spinning, short sleeps
@@ -43,12 +48,15 @@ TRACE_DRAIN_SECONDS = 0.01   # before a busy block's event ring (4096 records) w
 
 
 def unhelped_comms(busy: list, now_s: float) -> list:
-    """The communicators of ``busy`` that no thread waiting in ``result()`` drains now, nor
-    did within HELPED_RECENTLY (``now_s``: ``time.perf_counter()``): the poller's to watch."""
-    return [c for c in busy if not c._helpers and now_s - c._helped_at >= HELPED_RECENTLY]
+    """The ranks of ``busy`` that no thread waiting in ``result()`` drains now, nor did
+    within HELPED_RECENTLY (``now_s``: ``time.perf_counter()``): the poller's to watch."""
+    return [c for c in busy if not c.helpers and now_s - c.helped_at >= HELPED_RECENTLY]
 
 
 class Poller:
+    """``add`` and ``remove`` the ``PolledRank`` of each communicator that starts and
+    closes; ``wake`` after a submission."""
+
     def __init__(self):
         self._comms: list = []
         self._cond = threading.Condition()
@@ -80,7 +88,7 @@ class Poller:
         """At interpreter exit, before numba-cuda's exit handlers: stop both threads. A
         communicator left open keeps them busy, and a device copy or a read of mapped host
         memory made while those handlers free it kills the process (a trace drain's copy
-        did, on the H200 at the end of a demo: SIGSEGV, 2026-12-01)."""
+        did, on the H200 at the end of a demo: SIGSEGV)."""
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
@@ -102,23 +110,23 @@ class Poller:
             with self._cond:
                 now = time.monotonic_ns()
                 for c in self._comms:
-                    c._beat(now)
-                busy = [c for c in self._comms if c._needs_polling()]
+                    c.beat(now)
+                busy = [c for c in self._comms if c.needs_polling()]
                 if not busy:
                     self.sleeping = True
                     self._cond.wait(0.05)
                     self.sleeping = False
                     quiet = 0
                     continue
-            if any([c._poll_once() for c in busy]):
+            if any([c.poll_once() for c in busy]):
                 quiet = 0
                 continue
             quiet += 1
             unhelped = unhelped_comms(busy, time.perf_counter())
             if not unhelped:
                 time.sleep(SLEEP_WHEN_HELPED)
-            elif platform.WAIT_SPIN_SECONDS > 0 and quiet < SPIN_ROUNDS:
-                addrs, wants = zip(*(c._next_stamp() for c in unhelped))
+            elif backend.waiter_spin_seconds > 0 and quiet < SPIN_ROUNDS:
+                addrs, wants = zip(*(c.next_stamp() for c in unhelped))
                 wait_for_any_stamp(np.array(addrs, np.int64), np.array(wants, np.int64),
                                    SPINS_PER_CALL)
             else:
@@ -134,9 +142,9 @@ class Poller:
             with self._cond:
                 comms = [] if self._stopping else list(self._comms)
             for c in comms:
-                if c._submitted != seen.get(id(c)) or c._needs_polling():
-                    seen[id(c)] = c._submitted
-                    c._drain_trace()
+                if c.submitted != seen.get(id(c)) or c.needs_polling():
+                    seen[id(c)] = c.submitted
+                    c.drain_trace()
             seen = {id(c): seen[id(c)] for c in comms if id(c) in seen}
 
 

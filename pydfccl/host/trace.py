@@ -13,8 +13,8 @@ from ..protocol import layout as L
 from .. import platform
 
 __all__ = ["TraceReader", "TRACE_KEEP", "HOST_TRACK", "MARK_SUBMITTING", "MARK_RUN",
-           "MARK_RESULT", "host_mark", "clock_offset_ns", "on_daemon_clock", "primitive_name", "to_chrome",
-           "plot_timeline"]
+           "MARK_RESULT", "host_mark", "clock_offset_ns", "on_daemon_clock", "primitive_name",
+           "to_chrome", "plot_timeline"]
 
 HOST_TRACK = -1    # the block number of a rank's host marks: their own track, "host"
 
@@ -69,6 +69,11 @@ class TraceReader:
             pieces.append(raw.view(L.TRACE_EVENT))
             i += n
         return np.concatenate(pieces) if pieces else np.empty(0, L.TRACE_EVENT)
+
+    @property
+    def missing(self) -> int:
+        """Records not kept: overwritten before they were read, or let go since."""
+        return self.lost + self.dropped
 
     def close(self) -> None:
         """No device reads from now on (the pool may be freed next): waits for a drain in

@@ -16,8 +16,8 @@ import numpy as np
 from ..protocol import layout as L
 from ..kernels.compiler import MAX_THREADS, blocks_per_sm
 from ..log import logger
-from ..platform import (SIMULATOR, DeviceBuffer, HostBuffer, PeerBuffer, gpu_available,
-                       ipc_handle, multiprocessors)
+from ..platform import (DeviceBuffer, HostBuffer, PeerBuffer, backend, gpu_available,
+                        ipc_handle, multiprocessors)
 
 __all__ = ["WorldConfig", "World", "REPORT_BYTES", "new_segment", "gpu_nblocks"]
 
@@ -69,7 +69,7 @@ def machine_sizes(nranks: int, nblocks: int | None = None,
     takes by default (the simulator's where there is no GPU): for code that cuts data as
     the daemon does (``reference.ring_order``, ``hbm.rank_traffic``)."""
     if nblocks is None or slot_bytes is None:
-        cfg = WorldConfig(nranks, simulator=SIMULATOR or not gpu_available())
+        cfg = WorldConfig(nranks, simulator=not gpu_available())
         nblocks = cfg.nblocks if nblocks is None else nblocks
         slot_bytes = cfg.slot_bytes if slot_bytes is None else slot_bytes
     return nblocks, slot_bytes
@@ -86,7 +86,7 @@ class WorldConfig:
     nslots: int | None = None
     slot_bytes: int | None = None
     max_colls: int | None = None
-    simulator: bool = SIMULATOR
+    simulator: bool = backend.kernels_on_host
 
     def __post_init__(self):
         for name, value in _DEFAULTS[self.simulator].items():
@@ -173,7 +173,7 @@ class World:
             _warn_if_daemons_overflow(config)
             self.pools = [DeviceBuffer(size) for _ in range(n)]
         else:
-            if not SIMULATOR:
+            if not backend.device_memory_is_host:
                 raise RuntimeError("shared-memory pools are for the simulator only")
             self.pools = [DeviceBuffer(size, pool_mem[r * size:(r + 1) * size]) for r in range(n)]
         self.pool_addr = [p.addr for p in self.pools]
@@ -189,6 +189,11 @@ class World:
     @property
     def nranks(self) -> int:
         return self.config.nranks
+
+    def activity(self) -> int:
+        """Changes whenever any rank submits or makes progress: a reason to relaunch."""
+        ctl = self.ctl
+        return int(ctl["host_submitted"].sum()) + int(ctl["blocks"]["progress"].sum())
 
     def set_report(self, text: str) -> None:
         raw = text.encode()[: REPORT_BYTES - 1]

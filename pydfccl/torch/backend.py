@@ -70,11 +70,11 @@ def comm_options() -> dict:
     steps per collective), and daemons sized for DAEMONS_PER_RANK groups a rank.
     ``PYDFCCL_TORCH_MAX_COLLS``, ``PYDFCCL_TORCH_SLOT_BYTES`` and ``PYDFCCL_TORCH_NBLOCKS``
     (a rank's daemon blocks) change them."""
-    from .. import platform
+    from ..platform import backend
 
     options = dict(max_colls=int(os.environ.get("PYDFCCL_TORCH_MAX_COLLS", "64")),
                    daemons_per_rank=DAEMONS_PER_RANK, policy=policy_from_env())
-    slot = os.environ.get("PYDFCCL_TORCH_SLOT_BYTES", "4096" if platform.SIMULATOR else "")
+    slot = os.environ.get("PYDFCCL_TORCH_SLOT_BYTES", "4096" if backend.kernels_on_host else "")
     if slot:
         options["slot_bytes"] = int(slot)
     nblocks = os.environ.get("PYDFCCL_TORCH_NBLOCKS", "")

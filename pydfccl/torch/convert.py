@@ -61,7 +61,7 @@ def check_tensor(t, what: str, device=None) -> None:
     dtype_name(t.dtype)
     if not t.is_contiguous():
         raise ValueError(f"pydfccl.torch: {what} is not contiguous; pass t.contiguous()")
-    if t.is_cuda and platform.SIMULATOR:
+    if t.is_cuda and platform.backend.kernels_on_host:
         raise ValueError(f"pydfccl.torch: {what} is on {t.device}, but pydfccl runs on the "
                          "CUDA simulator here: use CPU tensors")
     if not t.is_cuda and platform.gpu_available():

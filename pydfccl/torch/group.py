@@ -141,5 +141,5 @@ class TorchGroup:
 
 
 def _simulated() -> bool:
-    from .. import platform
-    return platform.SIMULATOR
+    from ..platform import backend
+    return backend.kernels_on_host

@@ -277,35 +277,3 @@ def test_report_names_the_rank_its_peers_wait_for_that_runs_nothing():
     ctl["host_submitted"][0] = 0
     text, _ = wait_for_report(world, lambda coll, rank: f"all_reduce {coll}")
     assert "rank 0 is on no collective while peers wait for it, and has nothing " in text
-
-
-@pytest.mark.parametrize("with_callback", [False, True])
-def test_completion_holds_frees_only_when_a_callback_could_free(monkeypatch, with_callback):
-    """A done-callback runs on the completing thread and may free device memory there, which
-    can wait behind a daemon: only then (or for dropped buffers, or a daemon that never
-    quits) are Numba's frees held back while futures complete."""
-    import contextlib
-    from types import SimpleNamespace
-
-    from pydfccl.host import communicator
-
-    held = []
-
-    @contextlib.contextmanager
-    def deferred_frees():
-        held.append(True)
-        yield
-
-    monkeypatch.setattr(communicator.platform, "deferred_frees", deferred_frees)
-    comm = object.__new__(communicator.Communicator)
-    comm.policy = SimpleNamespace(quits=True)
-    future = communicator.CollectiveFuture(comm)
-    future.set_running_or_notify_cancel()
-    seen = []
-    if with_callback:
-        future.add_done_callback(lambda f: seen.append(f.result()))
-    send = recv = np.zeros(3)      # the test holds the buffers: they are not dropped
-    comm._complete([(0, future, (send, recv))])
-    assert future.result() is recv
-    assert held == ([True] if with_callback else [])
-    assert seen == ([recv] if with_callback else [])

@@ -1,7 +1,6 @@
 """A process that exits with pydfccl's host threads running (a communicator left open)
 must stop them before numba-cuda's exit handlers free device and mapped host memory: a
-trace drain's device copy during that teardown killed a demo on the H200 (SIGSEGV,
-2026-12-01)."""
+trace drain's device copy during that teardown killed a demo on the H200 (SIGSEGV)."""
 
 import os
 import subprocess
@@ -22,13 +21,13 @@ def test_the_pollers_threads_stop_before_earlier_exit_handlers_run():
         atexit.register(last)
         from pydfccl.host.poller import poller
 
-        class OpenCommunicator:     # what the two threads use of a communicator
-            _submitted, _helpers, _helped_at = 0, 0, 0.0
-            def _beat(self, now, force=False): pass
-            def _needs_polling(self): return False
-            def _drain_trace(self): pass
+        class OpenRank:     # what the two threads use of a rank (a polled.PolledRank)
+            submitted, helpers, helped_at = 0, 0, 0.0
+            def beat(self, now, force=False): pass
+            def needs_polling(self): return False
+            def drain_trace(self): pass
 
-        poller.add(OpenCommunicator())
+        poller.add(OpenRank())
     """)
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,

@@ -13,15 +13,16 @@ import pytest
 from pydfccl.host.futures import CollectiveFuture
 
 
-class _Comm:
-    """What a future asks of its communicator: help while waiting (nothing to drain here)."""
+class _Queue:
+    """What a future asks of its completion queue: help while waiting (nothing to drain
+    here)."""
 
-    def _help_until_done(self, future, timeout):
+    def help_until_done(self, future, timeout):
         pass
 
 
 def _future():
-    return CollectiveFuture(_Comm(), running=True)
+    return CollectiveFuture(_Queue(), running=True)
 
 
 def _finish_later(future, value, delay=0.05):

@@ -1,40 +1,48 @@
-"""How a thread waiting in ``Future.result()`` learns of its completion: the host logic of
-``Communicator._help_until_done`` alone, on a stand-in for the communicator whose CQ stamp
-a thread of the test writes (under the simulator the real one does not spin at all)."""
+"""How a thread waiting in ``Future.result()`` learns of its completion: the helper wait of
+``CompletionQueue.help_until_done``, on a real CQ in host memory whose stamp a thread of the
+test posts (under the simulator the communicator's waiters do not spin at all), and the
+poller's side of it (``PolledRank.poll_once``, ``poller.unhelped_comms``)."""
 
 import threading
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from pydfccl.host import communicator
+from pydfccl.host import completion, hostspin
+from pydfccl.host import poller as progress
+from pydfccl.host.futures import CollectiveFuture
+from pydfccl.host.polled import PolledRank
+from pydfccl.host.rankstate import Phase
+from standin_rank import Rank
 
 
-class StandIn:
-    """What ``_help_until_done`` uses of a communicator: one CQ stamp, and a drain that
-    completes the future once the stamp is there (unless another thread "holds" it)."""
+class Waiting(Rank):
+    """A rank with one run submitted; ``post()`` completes it as the daemon would. Drains
+    are recorded by thread; ``held_elsewhere``: another thread holds the drain."""
 
-    _help_until_done = communicator.Communicator._help_until_done
-
-    def __init__(self, drain_held_elsewhere: bool):
-        self._state = "started"
-        self._helpers = 0
-        self._helped_at = 0.0
-        self.stamp = np.zeros(1, np.int64)
-        self.future = communicator.CollectiveFuture(self)
-        self.held_elsewhere = drain_held_elsewhere
+    def __init__(self, held_elsewhere=False):
+        super().__init__()
+        self.future = self.run()
         self.drained_by = []
+        real = self.cq.drain
 
-    def _next_stamp(self):
-        return self.stamp.ctypes.data, 1
+        def drain():
+            if held_elsewhere:
+                return 0
+            count = real()
+            if count:
+                self.drained_by.append(threading.get_ident())
+            return count
 
-    def _drain_cq(self) -> int:
-        if self.held_elsewhere or self.stamp[0] < 1:
-            return 0
-        self.drained_by.append(threading.get_ident())
-        self.future.set_result("done")
-        return 1
+        self.cq.drain = drain
+
+    def post(self):
+        self.daemon.complete()
+
+    def wait(self):
+        self.cq.help_until_done(self.future, None)
 
 
 def _after(seconds, fn):
@@ -47,111 +55,141 @@ def _after(seconds, fn):
 def sleeps(monkeypatch):
     """The waiter's sleeps on its future, counted; the spin budget a GPU gives it."""
     calls = []
-    real = communicator.wait_for_futures
+    real = completion.wait_for_futures
 
     def counted(futures, timeout):
         calls.append(timeout)
         return real(futures, timeout=timeout)
 
-    monkeypatch.setattr(communicator, "wait_for_futures", counted)
-    monkeypatch.setattr(communicator.CollectiveFuture, "SPIN_SECONDS", 2.0)
+    monkeypatch.setattr(completion, "wait_for_futures", counted)
+    monkeypatch.setattr(CollectiveFuture, "SPIN_SECONDS", 2.0)
     return calls
 
 
 def test_a_waiter_that_sees_its_stamp_drains_it_itself(sleeps):
-    comm = StandIn(drain_held_elsewhere=False)
-    _after(0.005, lambda: comm.stamp.__setitem__(0, 1))
-    comm._help_until_done(comm.future, None)
-    assert comm.future.done()
-    assert comm.drained_by == [threading.get_ident()]
+    rank = Waiting()
+    _after(0.005, rank.post)
+    rank.wait()
+    assert rank.future.done()
+    assert rank.drained_by == [threading.get_ident()]
     assert sleeps == []          # it never waited for another thread to drain
 
 
 def test_a_waiter_whose_stamp_another_thread_drains_sleeps_on_the_future(sleeps):
-    comm = StandIn(drain_held_elsewhere=True)
-    _after(0.005, lambda: comm.stamp.__setitem__(0, 1))
-    _after(0.050, lambda: comm.future.set_result("by the poller"))
+    rank = Waiting(held_elsewhere=True)
+    _after(0.005, rank.post)
+    _after(0.050, lambda: rank.future.set_result("by the poller"))
     t0 = time.perf_counter()
-    comm._help_until_done(comm.future, None)
-    assert comm.future.result() == "by the poller"
-    assert comm.drained_by == []
+    rank.wait()
+    assert rank.future.result() == "by the poller"
+    assert rank.drained_by == []
     # it slept on the future once the stamp was there (1 ms at a time) instead of spinning
     assert sleeps and all(t == 1e-3 for t in sleeps)
     assert time.perf_counter() - t0 < 1.0
+
+
+def test_a_waiter_on_a_communicator_not_started_does_not_drain(sleeps):
+    rank = Waiting()
+    rank.post()
+    rank.state.phase = Phase.CLOSED
+    rank.wait()
+    assert not rank.future.done() and rank.drained_by == []
+
+
+def _polled(rank, watchdog_check=lambda: False):
+    late = SimpleNamespace(confirm=lambda: False)
+    return PolledRank(0, rank.ctl[0:1], rank.state, rank.cq, rank.sub, late,
+                      SimpleNamespace(check=watchdog_check), launcher=None, tracer=None,
+                      persistent=False)
 
 
 def test_only_a_waiter_that_saw_its_future_done_counts_as_a_helper(sleeps, monkeypatch):
     """The poller sleeps while every busy communicator has, or just had, a thread draining
     for itself; a thread that gave up waiting (its spin budget over) waits for the poller,
     so it must not count as one."""
-    from pydfccl.host import poller as progress
-
-    gave_up = StandIn(drain_held_elsewhere=False)
-    monkeypatch.setattr(communicator.CollectiveFuture, "SPIN_SECONDS", 0.01)
-    gave_up._help_until_done(gave_up.future, None)       # no stamp comes
-    assert not gave_up.future.done() and gave_up._helped_at == 0.0
-    helped = StandIn(drain_held_elsewhere=False)
-    _after(0.002, lambda: helped.stamp.__setitem__(0, 1))
-    helped._help_until_done(helped.future, None)
-    assert helped.future.done() and helped._helped_at > 0
+    gave_up = Waiting()
+    monkeypatch.setattr(CollectiveFuture, "SPIN_SECONDS", 0.01)
+    gave_up.wait()       # no stamp comes
+    assert not gave_up.future.done() and gave_up.cq.helped_at == 0.0
+    helped = Waiting()
+    _after(0.002, helped.post)
+    helped.wait()
+    assert helped.future.done() and helped.cq.helped_at > 0
     now = time.perf_counter()
-    assert progress.unhelped_comms([gave_up, helped], now) == [gave_up]
-    assert progress.unhelped_comms([helped], now + progress.HELPED_RECENTLY) == [helped]
-    helped._helpers = 1        # a thread is waiting on it right now
-    assert progress.unhelped_comms([helped], now + 10) == []
+    busy = [_polled(gave_up), _polled(helped)]
+    assert progress.unhelped_comms(busy, now) == busy[:1]
+    assert progress.unhelped_comms(busy[1:], now + progress.HELPED_RECENTLY) == busy[1:]
+    helped.cq.helpers = 1        # a thread is waiting on it right now
+    assert progress.unhelped_comms(busy[1:], now + 10) == []
 
 
 def test_the_poller_leaves_a_cq_to_the_thread_draining_it():
     """Taken from under a thread waiting in ``result()``, a completion would make that
     thread sleep on its future until woken (a thread hand-off)."""
-
-    class PolledStandIn:
-        _poll_once = communicator.Communicator._poll_once
-        _unconfirmed: dict = {}
-        _row = {"abort": [0]}
-        _state = "started"
-        persistent = False
-        _watchdog = type("Quiet", (), {"check": staticmethod(lambda: False)})()
-
-        def __init__(self):
-            self._helpers = 0
-            self.drains = 0
-
-        def _drain_cq(self) -> int:
-            self.drains += 1
-            return 1
-
-    comm = PolledStandIn()
-    comm._helpers = 1
-    assert comm._poll_once() is False and comm.drains == 0
-    comm._helpers = 0
-    assert comm._poll_once() is True and comm.drains == 1
+    rank = Waiting()
+    polled = _polled(rank)
+    rank.post()
+    assert polled.needs_polling()
+    rank.cq.helpers = 1
+    assert polled.poll_once() is False and not rank.future.done()
+    rank.cq.helpers = 0
+    assert polled.poll_once() is True and rank.future.done()
+    assert not polled.needs_polling()
 
 
-def test_a_done_callback_that_asks_for_the_result_gets_it_at_once(sleeps):
+def test_the_poller_fails_the_rank_on_a_stall_and_on_an_abort():
+    rank = Waiting()
+    rank.state.world.get_report = lambda: "deadlock: no progress"
+    polled = _polled(rank, watchdog_check=lambda: True)
+    assert polled.poll_once() is False
+    assert type(rank.state.error).__name__ == "DeadlockError"
+    with pytest.raises(Exception, match="deadlock: no progress"):
+        rank.future.result(timeout=1)
+    assert not polled.needs_polling()      # failed: nothing left to poll
+    other = Waiting()
+    other.ctl["abort"][0] = 1               # a peer's watchdog aborted every rank
+    assert _polled(other).poll_once() is False
+    assert type(other.state.error).__name__ == "AbortedError"
+
+
+def test_the_heartbeat_is_refreshed_at_most_every_heartbeat_interval():
+    rank = Waiting()
+    polled = _polled(rank)
+    polled.beat(5, force=True)
+    polled.beat(6)
+    assert rank.ctl["heartbeat"][0] == 5
+    polled.beat(6 + PolledRank.HEARTBEAT_NS)
+    assert rank.ctl["heartbeat"][0] == 6 + PolledRank.HEARTBEAT_NS
+
+
+def test_a_done_callback_that_asks_for_the_result_gets_it_at_once(sleeps, monkeypatch):
     """The waiting thread reads the future's ``finished`` flag, which is set before the
     result; a callback, run inside ``set_result``, must not wait for anything."""
-    comm = StandIn(drain_held_elsewhere=False)
+    monkeypatch.setattr(completion.platform, "deferred_frees", _no_hold)
+    rank = Waiting()
     seen = []
-    comm.future.add_done_callback(lambda f: seen.append(f.result()))
-    comm.stamp[0] = 1
+    rank.future.add_done_callback(lambda f: seen.append(f.result()))
+    rank.post()
     t0 = time.perf_counter()
-    assert comm.future.result() == "done"
-    assert seen == ["done"] and comm.future.finished
+    assert rank.future.result() is rank.buffers[0]
+    assert seen == [rank.buffers[0]] and rank.future.finished
     assert time.perf_counter() - t0 < 0.5 and sleeps == []
+
+
+def _no_hold():
+    from contextlib import nullcontext
+    return nullcontext()
 
 
 def test_warm_up_loads_the_loops_the_waiters_call():
     """``Communicator.start`` loads both compiled loops (hostspin.warm_up) so that the first
     ``result()`` does not: their callers' arguments then find a loaded overload, and no
     call compiles or loads another."""
-    from pydfccl.host import hostspin
-
     hostspin.warm_up()
     loaded = (len(hostspin.wait_for_stamp.overloads), len(hostspin.wait_for_any_stamp.overloads))
     assert loaded[0] >= 1 and loaded[1] >= 1
     word = np.ones(1, np.int64)
-    # as _help_until_done and the poller pass them: Python ints, int64 arrays
+    # as help_until_done and the poller pass them: Python ints, int64 arrays
     assert hostspin.wait_for_stamp(int(word.ctypes.data), 1, hostspin.SPINS_PER_CALL)
     assert hostspin.wait_for_any_stamp(np.array([word.ctypes.data], np.int64),
                                        np.array([1], np.int64), hostspin.SPINS_PER_CALL) == 0

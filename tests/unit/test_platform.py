@@ -1,0 +1,61 @@
+"""The platform backend (``pydfccl.platform``): chosen once, and asked by name what differs.
+
+Library code outside ``pydfccl/platform/`` must not test which backend runs
+(``SIMULATOR``, ``LAUNCHES_ARE_QUEUED``, ``WAIT_SPIN_SECONDS``); device code in
+``pydfccl/kernels/`` has its own flag. The backend classes are read here, not made: making
+the simulator's would patch Numba's simulator in this process."""
+
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+from pydfccl import platform
+from pydfccl.platform.base import Backend
+from pydfccl.platform.gpu import GpuBackend
+from pydfccl.platform.simulator import SimulatorBackend
+from pydfccl.sched.policies import get_policy
+
+LIBRARY = Path(platform.__file__).resolve().parents[1]
+WHICH_BACKEND = re.compile(r"\b(SIMULATOR|LAUNCHES_ARE_QUEUED|WAIT_SPIN_SECONDS)\b")
+
+
+def test_library_code_asks_the_backend_what_differs_not_which_it_is():
+    offenders = []
+    for path in sorted(LIBRARY.rglob("*.py")):
+        part = path.relative_to(LIBRARY).parts[0]
+        if part in ("platform", "kernels"):
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if WHICH_BACKEND.search(line):
+                offenders.append(f"{path.relative_to(LIBRARY.parent)}:{n}: {line.strip()}")
+    assert not offenders, "\n".join(offenders)
+
+
+def test_the_backends_differ_as_their_attributes_say():
+    sim, gpu = SimulatorBackend, GpuBackend
+    assert (sim.name, gpu.name) == ("simulator", "gpu")
+    for flag in ("kernels_on_host", "device_memory_is_host", "launch_runs_kernel",
+                 "one_kernel_per_process"):
+        assert getattr(sim, flag) and not getattr(gpu, flag), flag
+    assert sim.waiter_spin_seconds == 0 < gpu.waiter_spin_seconds
+    assert sim.watchdog_seconds > gpu.watchdog_seconds
+    assert sim.numba_device_array is None and gpu.numba_device_array is not None
+
+
+def test_the_module_functions_are_the_chosen_backends():
+    backend = platform.backend
+    assert isinstance(backend, Backend)
+    assert backend.kernels_on_host == platform.SIMULATOR
+    assert platform.WAIT_SPIN_SECONDS == backend.waiter_spin_seconds
+    assert platform.LAUNCHES_ARE_QUEUED == (not backend.launch_runs_kernel)
+    for name in ("launch", "empty", "to_numpy", "copy_in", "gpu_available", "new_stream",
+                 "synchronize_device", "address_of"):
+        assert getattr(platform, name) == getattr(backend, name), name
+
+
+def test_a_policy_takes_the_parameters_of_the_backend_its_daemon_runs_on():
+    policy = get_policy("dfccl")
+    on_host = Backend.policy_params(SimpleNamespace(kernels_on_host=True), policy)
+    on_gpu = Backend.policy_params(SimpleNamespace(kernels_on_host=False), policy)
+    assert on_host.tolist() == policy.param_array(simulator=True).tolist()
+    assert on_gpu.tolist() == policy.param_array().tolist()

@@ -3,7 +3,8 @@
 A *group* is what the bootstrap needs of the processes: ``rank``, ``size``, ``bcast``,
 ``allgather`` and ``Barrier``. Two groups are supported:
 - an mpi4py communicator, used by ``Communicator.from_mpi(comm)``;
-- a ``pydfccl.bootstrap.store.StoreGroup``, used by ``Communicator.from_env()``. It reads RANK,
+- a ``pydfccl.bootstrap.store.StoreGroup`` (or, under torchrun, its agent's store:
+  ``bootstrap/c10d.py``), used by ``Communicator.from_env()``. It reads RANK,
   WORLD_SIZE, MASTER_ADDR and MASTER_PORT, and rank 0 serves a loopback store.
 
 The registrations that ``start()`` compares travel by ``allgather``. The control rows are
@@ -43,13 +44,13 @@ def in_mpi_job() -> bool:
 def current_group():
     """The group this process belongs to: MPI's world under ``mpiexec``, a store group
     under torchrun-style variables, else None (a plain process)."""
-    from .store import StoreGroup, in_env_job
+    from .store import env_group, in_env_job
 
     if in_mpi_job():
         from mpi4py import MPI
         return MPI.COMM_WORLD
     if in_env_job():
-        return StoreGroup()
+        return env_group()
     return None
 
 

@@ -155,7 +155,7 @@ def run_in_group(worker, group, *, args=(), policy="dfccl", watchdog_timeout=Non
     rank's result in rank order and raises ``RankFailedError`` for the rank where a failure
     started; the other ranks get None. A failing rank aborts the others through the shared
     control rows, so that they do not wait for it."""
-    from .launch import _raise_first
+    from .failures import raise_first
 
     outcome = None
     comm = None
@@ -174,5 +174,5 @@ def run_in_group(worker, group, *, args=(), policy="dfccl", watchdog_timeout=Non
         return None
     failures = {r: (None, text) for r, (kind, text) in enumerate(gathered) if kind == "error"}
     if failures:
-        _raise_first(failures)    # the rank where it started, not one aborted because of it
+        raise_first(failures)     # the rank where it started, not one aborted because of it
     return [payload for _, payload in gathered]

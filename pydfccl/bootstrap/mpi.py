@@ -3,7 +3,8 @@
 A *group* is what the bootstrap needs of the processes: ``rank``, ``size``, ``bcast``,
 ``allgather`` and ``Barrier``. Two groups are supported:
 - an mpi4py communicator, used by ``Communicator.from_mpi(comm)``;
-- a ``pydfccl.bootstrap.store.StoreGroup``, used by ``Communicator.from_env()``. It reads RANK,
+- a ``pydfccl.bootstrap.store.StoreGroup`` (or, under torchrun, its agent's store:
+  ``bootstrap/c10d.py``), used by ``Communicator.from_env()``. It reads RANK,
   WORLD_SIZE, MASTER_ADDR and MASTER_PORT, and rank 0 serves a loopback store.
 
 The registrations that ``start()`` compares travel by ``allgather``. The control rows are
@@ -43,13 +44,13 @@ def in_mpi_job() -> bool:
 def current_group():
     """The group this process belongs to: MPI's world under ``mpiexec``, a store group
     under torchrun-style variables, else None (a plain process)."""
-    from .store import StoreGroup, in_env_job
+    from .store import env_group, in_env_job
 
     if in_mpi_job():
         from mpi4py import MPI
         return MPI.COMM_WORLD
     if in_env_job():
-        return StoreGroup()
+        return env_group()
     return None
 
 
@@ -154,7 +155,7 @@ def run_in_group(worker, group, *, args=(), policy="dfccl", watchdog_timeout=Non
     rank's result in rank order and raises ``RankFailedError`` for the rank where a failure
     started; the other ranks get None. A failing rank aborts the others through the shared
     control rows, so that they do not wait for it."""
-    from .launch import _raise_first
+    from .failures import raise_first
 
     outcome = None
     comm = None
@@ -173,5 +174,5 @@ def run_in_group(worker, group, *, args=(), policy="dfccl", watchdog_timeout=Non
         return None
     failures = {r: (None, text) for r, (kind, text) in enumerate(gathered) if kind == "error"}
     if failures:
-        _raise_first(failures)    # the rank where it started, not one aborted because of it
+        raise_first(failures)     # the rank where it started, not one aborted because of it
     return [payload for _, payload in gathered]

@@ -114,8 +114,8 @@ class Communicator:
         """This process's rank when a torchrun-style launcher set RANK, WORLD_SIZE,
         MASTER_ADDR and MASTER_PORT (rank 0 serves a loopback store there)."""
         from ..bootstrap.mpi import communicator_from_group
-        from ..bootstrap.store import StoreGroup
-        return communicator_from_group(StoreGroup(), policy=policy,
+        from ..bootstrap.store import env_group
+        return communicator_from_group(env_group(), policy=policy,
                                        watchdog_timeout=watchdog_timeout,
                                        persistent=persistent, **sizes)
 

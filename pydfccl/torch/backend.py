@@ -1,9 +1,9 @@
 """The "dfccl" torch.distributed backend: ``init_process_group(backend="dfccl")`` and
 ``new_group(..., backend="dfccl")``.
 
-torch hands the backend's creator a c10d Store; ``C10dStoreGroup`` makes it the process
-group that pydfccl's bootstrap needs (``pydfccl.bootstrap.mpi.communicator_from_group``: rank, size,
-bcast, allgather, Barrier), so each torch process group gets its own pydfccl world and
+torch hands the backend's creator a c10d Store; ``C10dStoreGroup`` (``bootstrap/c10d.py``:
+JSON over the store, never pickle) makes it the process group that pydfccl's bootstrap
+needs, so each torch process group gets its own pydfccl world and
 daemon. Without a GPU the ranks run the CUDA simulator; on GPUs this needs CUDA IPC
 between the rank processes (``communicator_from_group``).
 """
@@ -11,13 +11,13 @@ between the rank processes (``communicator_from_group``).
 from __future__ import annotations
 
 import os
-import pickle
 import weakref
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
+from ..bootstrap.c10d import C10dStoreGroup
 from ..sched.choice import policy_from_env
 from .group import TorchGroup, _simulated
 
@@ -26,34 +26,6 @@ __all__ = ["C10dStoreGroup", "ProcessGroupDfccl", "register", "status_report", "
 
 BACKEND_NAME = "dfccl"
 _live = weakref.WeakSet()     # this process's dfccl process groups, for status_report()
-
-
-class C10dStoreGroup:
-    """A torch c10d Store as the group pydfccl's bootstrap takes."""
-
-    def __init__(self, store, rank: int, size: int, timeout: timedelta | None = None):
-        self.store, self.rank, self.size = store, rank, size
-        if timeout is not None:
-            store.set_timeout(timeout)
-        self._round = 0
-
-    def allgather(self, obj) -> list:
-        self._round += 1
-        self.store.set(f"pydfccl/{self._round}/{self.rank}", pickle.dumps(obj))
-        values = []
-        for r in range(self.size):
-            try:
-                values.append(pickle.loads(self.store.get(f"pydfccl/{self._round}/{r}")))
-            except RuntimeError as exc:       # the store's timeout
-                raise RuntimeError(f"pydfccl.torch: rank {r} did not arrive in the bootstrap "
-                                   f"(round {self._round}): {exc}") from None
-        return values
-
-    def bcast(self, obj, root: int = 0):
-        return self.allgather(obj if self.rank == root else None)[root]
-
-    def Barrier(self) -> None:
-        self.allgather(None)
 
 
 # A torch job makes several process groups (the default one, tensor- and data-parallel

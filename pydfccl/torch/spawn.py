@@ -6,6 +6,7 @@ CUDA state) is shared between ranks, as under torchrun."""
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -26,9 +27,12 @@ def spawn_ranks(argv: list[str], nranks: int, *, timeout: float | None = None,
     (returncode, stdout, stderr). When a rank fails the others get 30 s to finish before
     they are killed; past ``timeout`` every rank is killed (returncode -9)."""
     port = free_port()
+    # the job's own secret and id for pydfccl's store (bootstrap/store.py): only these
+    # processes can drive it, and a job on a reused port is not taken for this one
+    job = dict(PYDFCCL_SECRET=secrets.token_hex(32), PYDFCCL_JOB_ID=f"spawn-{secrets.token_hex(8)}")
     procs = []
     for rank in range(nranks):
-        rank_env = dict(os.environ, **(env or {}), RANK=str(rank), WORLD_SIZE=str(nranks),
+        rank_env = dict(os.environ, **job, **(env or {}), RANK=str(rank), WORLD_SIZE=str(nranks),
                         LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(nranks),
                         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         out = subprocess.PIPE if capture else None

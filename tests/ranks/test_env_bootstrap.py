@@ -7,6 +7,8 @@ import socket
 import subprocess
 import sys
 
+import pytest
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -94,3 +96,23 @@ def test_world_segments_are_named_after_their_maker():
     finally:
         segment.close()
         segment.unlink()
+
+
+def test_torchrun_runs_the_demo_on_its_own_store():
+    """``torchrun --standalone --nproc_per_node=3 -m pydfccl demo`` as a user types it: the
+    ranks meet at torchrun's own store (its agent holds MASTER_PORT), not one of pydfccl's."""
+    import shutil
+    from pathlib import Path
+
+    pytest.importorskip("torch")
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or \
+        shutil.which("torchrun")
+    if torchrun is None:
+        pytest.skip("no torchrun beside this Python")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("NUMBA_ENABLE_CUDASIM", "RANK", "WORLD_SIZE", "MASTER_PORT")}
+    done = subprocess.run([torchrun, "--standalone", "--nproc_per_node=3", "-m", "pydfccl",
+                           "demo"], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "3 ranks (a process each)" in done.stdout
+    assert "outputs verified: 120 " in done.stdout and "Address already in use" not in done.stderr

@@ -1,0 +1,142 @@
+"""The store ranks started with torchrun-style variables meet at (``bootstrap/store.py``):
+only the job's own processes can drive it, and nothing another program sends can run code
+in it or stall it. Every case is bounded in time."""
+
+import os
+import pickle
+import socket
+import stat
+import threading
+import time
+
+import pytest
+
+from pydfccl.bootstrap.store import StoreGroup, secret_path
+from pydfccl.errors import PydfcclError
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_group(size, port, timeout=20.0, secret=None, job=None, ranks=None):
+    """Every rank of a group in a thread; each rank's allgather result, or its error."""
+    out = {}
+
+    def rank(r):
+        try:
+            group = StoreGroup(rank=r, size=size, address=("127.0.0.1", port),
+                               timeout=timeout, secret=secret, job=job)
+            out[r] = group.allgather({r: f"rank {r}"})
+        except Exception as exc:          # the test looks at it
+            out[r] = exc
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in (ranks or range(size))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout + 10)
+    return out
+
+
+def test_a_job_meets_and_its_generated_secret_is_private_and_removed(monkeypatch):
+    monkeypatch.delenv("PYDFCCL_SECRET", raising=False)
+    port = free_port()
+    job = f"test-{port}"
+    path = secret_path(job)
+    seen = {}
+    real = StoreGroup.allgather
+
+    def looking(self, obj):       # the secret file while the job meets
+        if self.rank == 0 and os.path.exists(path):
+            seen["mode"] = stat.S_IMODE(os.stat(path).st_mode)
+            seen["dir"] = stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode)
+        return real(self, obj)
+
+    monkeypatch.setattr(StoreGroup, "allgather", looking)
+    out = run_group(3, port, job=job)
+    assert all(out[r] == [{0: "rank 0"}, {1: "rank 1"}, {2: "rank 2"}] for r in range(3)), out
+    assert seen == {"mode": 0o600, "dir": 0o700}
+    assert not os.path.exists(path)        # every rank has it: rank 0 removed it
+
+
+def test_stray_connections_and_garbage_do_not_stall_the_store():
+    port = free_port()
+    secret = "s3cret"
+    server = StoreGroup(rank=0, size=2, address=("127.0.0.1", port), secret=secret,
+                        job="strays", timeout=20)
+    hold = socket.create_connection(("127.0.0.1", port))     # connects, then says nothing
+    socket.create_connection(("127.0.0.1", port)).close()    # a port scan
+    with socket.create_connection(("127.0.0.1", port)) as garbage:
+        garbage.sendall(b"GET / HTTP/1.0\r\n\r\n" * 100)
+    with socket.create_connection(("127.0.0.1", port)) as huge:
+        huge.recv(64)
+        huge.sendall((1 << 31).to_bytes(4, "big"))          # announces 2 GiB
+    t0 = time.monotonic()
+    peer = {}
+    thread = threading.Thread(target=lambda: peer.setdefault("out", StoreGroup(
+        rank=1, size=2, address=("127.0.0.1", port), secret=secret, job="strays",
+        timeout=20).allgather("one")))
+    thread.start()
+    assert server.allgather("zero") == ["zero", "one"]
+    thread.join(20)
+    assert peer["out"] == ["zero", "one"] and time.monotonic() - t0 < 10
+    hold.close()
+
+
+def test_a_pickle_sent_to_the_store_runs_nothing(tmp_path):
+    port = free_port()
+    StoreGroup(rank=0, size=2, address=("127.0.0.1", port), secret="k", job="pickle")
+    marker = tmp_path / "ran"
+
+    class Evil:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+
+    payload = pickle.dumps(("set", "key", Evil()))
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+        conn.recv(64)
+        conn.sendall(len(payload).to_bytes(4, "big") + payload + b"\x00\x00\x00\x20" + b"x" * 32)
+        try:
+            conn.recv(64)
+        except OSError:
+            pass
+    time.sleep(0.5)
+    assert not marker.exists()
+
+
+def test_a_rank_with_another_secret_is_refused_with_the_reason():
+    port = free_port()
+    StoreGroup(rank=0, size=2, address=("127.0.0.1", port), secret="right", job="secrets")
+    t0 = time.monotonic()
+    with pytest.raises(PydfcclError, match="refused this rank's secret"):
+        StoreGroup(rank=1, size=2, address=("127.0.0.1", port), secret="wrong",
+                   job="secrets", timeout=3).allgather(None)
+    assert time.monotonic() - t0 < 10
+
+
+def test_another_jobs_rank_is_told_whose_store_it_reached():
+    port = free_port()
+    StoreGroup(rank=0, size=2, address=("127.0.0.1", port), secret="same", job="first")
+    with pytest.raises(PydfcclError, match="serves job 'first' of 2 ranks, not job 'second' "
+                                           "of 3"):
+        StoreGroup(rank=1, size=3, address=("127.0.0.1", port), secret="same",
+                   job="second", timeout=3).allgather(None)
+
+
+def test_a_port_another_program_holds_is_named():
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen(1)
+        port = held.getsockname()[1]
+        with pytest.raises(PydfcclError, match=f"cannot serve the bootstrap store at "
+                                               f"127.0.0.1:{port}"):
+            StoreGroup(rank=0, size=2, address=("127.0.0.1", port), secret="x", job="held")
+
+
+def test_ranks_across_hosts_need_a_secret(monkeypatch):
+    monkeypatch.delenv("PYDFCCL_SECRET", raising=False)
+    with pytest.raises(PydfcclError, match="set PYDFCCL_SECRET"):
+        StoreGroup(rank=1, size=2, address=("10.11.12.13", 29500))

@@ -16,7 +16,11 @@ from pydfccl.platform.simulator import SimulatorBackend
 from pydfccl.sched.policies import get_policy
 
 LIBRARY = Path(platform.__file__).resolve().parents[1]
-WHICH_BACKEND = re.compile(r"\b(SIMULATOR|LAUNCHES_ARE_QUEUED|WAIT_SPIN_SECONDS)\b")
+# The platform's flags, read through the module or imported from it (or from the kernels'
+# memory module): the model's own backend names in sched/ are not them.
+_FLAGS = r"(SIMULATOR|LAUNCHES_ARE_QUEUED|WAIT_SPIN_SECONDS)\b"
+WHICH_BACKEND = re.compile(rf"\b(platform|memory)\.{_FLAGS}"
+                           rf"|from \S*(platform|memory) import .*\b{_FLAGS}")
 
 
 def test_library_code_asks_the_backend_what_differs_not_which_it_is():

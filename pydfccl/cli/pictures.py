@@ -57,22 +57,25 @@ def draw_wait_graph(edges: list, path: str, title: str, cycle: list | None = Non
                                 zorder=3))
         ax.text(x, y, f"rank {r}", ha="center", va="center", fontsize=12, zorder=4)
     seen: dict = {}
+    pairs = {(a, b) for a, b, _ in edges}
     for rank, peer, label in edges:
         (x0, y0), (x1, y1) = pos[rank], pos[peer]
         hot = (rank, peer) in in_cycle
         k = seen.get((rank, peer), 0)
         seen[(rank, peer)] = k + 1
         bend = 0.35 + 0.15 * k
+        dx, dy = x1 - x0, y1 - y0
+        mx, my = (x0 + x1) / 2, (y0 + y1) / 2
+        if (peer, rank) not in pairs and dy * mx - dx * my < 0:
+            bend = -bend     # a lone arrow bulges away from the middle, its label outside
         arrow = FancyArrowPatch((x0, y0), (x1, y1), connectionstyle=f"arc3,rad={bend}",
                                 arrowstyle="-|>", mutation_scale=22, shrinkA=30, shrinkB=30,
                                 color="red" if hot else "#555555", lw=3 if hot else 1.5,
                                 zorder=2)
         ax.add_patch(arrow)
         # the label beside the arrow's middle, on the side it bends to
-        mx, my = (x0 + x1) / 2, (y0 + y1) / 2
-        dx, dy = x1 - x0, y1 - y0
         length = math.hypot(dx, dy) or 1.0
-        off = bend * length / 2 + 0.5
+        off = bend * length / 2 + math.copysign(0.5, bend)
         ax.text(mx + dy / length * off, my - dx / length * off,
                 f"waits for rank {peer}\nin {label}", ha="center", va="center", fontsize=10,
                 color="red" if hot else "#333333",
@@ -91,8 +94,8 @@ def draw_wait_graph(edges: list, path: str, title: str, cycle: list | None = Non
     else:
         note = "nobody waits"
     ax.set_title(title, fontsize=12)
-    fig.text(0.5, 0.03, "an arrow: a rank's collective waits for data from the other rank\n"
-             + note, ha="center", fontsize=10)
+    fig.text(0.5, 0.03, "an arrow: a rank's collective waits for the other rank (its data, "
+             "or room in its buffer)\n" + note, ha="center", fontsize=10)
     fig.savefig(path, dpi=110)
     plt.close(fig)
 

@@ -39,7 +39,7 @@ from .options import check_backend, where
 from .pictures import MARK_DEADLOCK, MARK_SYNCED, draw_timeline, draw_wait_graph
 from .teach_narrate import Narrator, format_graph, wait_edges
 
-__all__ = ["Lesson", "LessonResult", "submission_orders", "teach_worker", "run_lesson",
+__all__ = ["Lesson", "LessonResult", "submission_orders", "names_of", "teach_worker", "run_lesson",
            "teach", "build_parser", "main"]
 
 EXIT_UNEXPECTED = 1

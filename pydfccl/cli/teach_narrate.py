@@ -19,14 +19,18 @@ QUIET = 1.0           # seconds without progress before a progress line
 
 
 def wait_edges(statuses: list[dict], names: dict) -> list[tuple]:
-    """(rank, peer it waits for, collective's label) of every waiting daemon block, as
-    ``comm.status()`` shows them, sorted."""
-    edges = set()
+    """(rank, peer it waits for, collective's label) of the waiting daemon blocks, as
+    ``comm.status()`` shows them, sorted: a rank's waits for data, or where it has none,
+    its waits for room in a peer's buffer (slot credit, the data waits' mirror image), so
+    that the graph shows the ring's cycle the watchdog reports."""
+    edges, credit = set(), set()
     for st in statuses:
         for blk in st["blocks"]:
-            for peer, _what in blk["waits"]:
-                edges.add((st["rank"], peer, names.get(blk["coll"], str(blk["coll"]))))
-    return sorted(edges)
+            for peer, what in blk["waits"]:
+                edge = (st["rank"], peer, names.get(blk["coll"], str(blk["coll"])))
+                (edges if what.startswith("data") else credit).add(edge)
+    waiting = {a for a, _, _ in edges}
+    return sorted(edges | {e for e in credit if e[0] not in waiting})
 
 
 def format_graph(edges: list[tuple]) -> str:

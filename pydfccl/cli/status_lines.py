@@ -42,16 +42,19 @@ class StatusPrinter:
         self._thread = threading.Thread(target=self._loop, daemon=True,
                                         name=f"pydfccl-status-r{comm.rank}")
 
-    def _print(self, when: str) -> None:
+    def _print(self, when: str) -> bool:
+        """Print the status; False once there is none to read (the communicator closed)."""
         try:
             text = format_progress(self.comm.status())
-        except Exception as exc:          # a closing communicator: nothing more to show
-            text = f"(status unavailable: {exc})"
+        except Exception:
+            return False
         print(f"status ({when}):\n{text}", file=self.out, flush=True)
+        return True
 
     def _loop(self) -> None:
         while not self._stop.wait(self.every):
-            self._print("running")
+            if not self._print("running"):
+                return
 
     def start(self) -> None:
         self._thread.start()

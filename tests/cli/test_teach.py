@@ -77,3 +77,12 @@ def test_an_unfinished_stretch_is_drawn_as_such(tmp_path):
                     "three ranks", cycle=[0, 1, 2])
     assert (tmp_path / "t.png").read_bytes()[:8] == PNG
     assert (tmp_path / "g.png").read_bytes()[:8] == PNG
+
+
+def test_teach_names_a_bad_option(capsys):
+    from pydfccl import cli
+
+    assert cli.main(["teach", "-i", "1"]) == 2
+    assert "--iters must be at least 2" in capsys.readouterr().err
+    assert cli.main(["teach", "--watchdog", "0"]) == 2
+    assert "--watchdog must be positive" in capsys.readouterr().err

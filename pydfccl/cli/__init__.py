@@ -21,6 +21,8 @@ SUBCOMMANDS = {
     "demo": ("pydfccl.cli.demo", "the chaos test: disordered collectives, every result verified"),
     "bench": ("pydfccl.cli.sweep", "nccl-tests-style size sweep against baselines; "
                                    "'bench latency' for small-message latency"),
+    "teach": ("pydfccl.cli.teach", "a deadlock a student can watch: NCCL-style, then dfccl, "
+                                   "narrated, with pictures"),
     "risk": ("pydfccl.sched.risk", "the paper's deadlock-risk study (no GPU needed)"),
     "soak": ("pydfccl.cli.soak", "many random schedules end to end, every output verified"),
     "doctor": ("pydfccl.cli.doctor", "what this machine offers pydfccl (versions, GPUs, MPS, "

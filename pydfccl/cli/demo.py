@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -21,15 +21,16 @@ import numpy as np
 from .. import platform
 from ..bootstrap.launch import BACKENDS, launch
 from ..bootstrap.mpi import current_group, run_in_group
-from ..errors import RankFailedError
+from ..errors import DeadlockError, RankFailedError
 from ..host.trace import (MARK_RESULT, MARK_RUN, MARK_SUBMITTING, clock_offset_ns, host_mark,
-                          on_daemon_clock, plot_timeline, to_chrome)
-from ..host.watchdog import format_status
+                          on_daemon_clock, to_chrome)
 from ..protocol.codes import COLLECTIVE_KINDS as KINDS
 from ..protocol.reference import buffer_elems, reference
 from ..sched.policies import Policy
 from . import replay as schedule_replay
 from .exits import UsageError
+from .status_lines import StatusPrinter
+from .pictures import MARK_DEADLOCK, draw_timeline, draw_wait_graph
 from .options import (add_policy_options, check_backend, check_world_sizes, chosen_policy,
                       options_record, policy_label, policy_name, where)
 
@@ -106,6 +107,10 @@ def chaos_worker(comm, opts: DemoOptions) -> dict:
     for k in range(K):
         comm.prepare(k, kinds[k], count=opts.count, dtype=opts.dtype, root=roots[k])
     comm.start()
+    status = StatusPrinter(comm, opts.status_every) if (opts.status_every
+                                                        and comm.rank == 0) else None
+    if status is not None:
+        status.start()
     sends = [comm.empty(send, opts.dtype) for send, _ in sizes]
     recvs = [comm.empty(recv, opts.dtype) for _, recv in sizes]
     rng = np.random.default_rng(opts.seed)       # the same stream on every rank
@@ -154,6 +159,8 @@ def chaos_worker(comm, opts: DemoOptions) -> dict:
             bar.update(1)
     if bar is not None:
         bar.close()
+    if status is not None:
+        status.stop()
     elapsed = time.perf_counter() - started
     out = dict(comm.stats(), verified=verified, seconds=elapsed,
                collective_seconds=in_collectives, trace=None)   # a time per iteration
@@ -165,19 +172,19 @@ def chaos_worker(comm, opts: DemoOptions) -> dict:
 
 
 def _wait(comm, future, opts: DemoOptions) -> None:
-    """Wait for one collective; with ``status_every``, rank 0 prints every rank's status
-    at that interval while it waits."""
-    deadline = time.monotonic() + opts.result_timeout
-    while True:
-        step = opts.status_every or opts.result_timeout
-        try:
-            future.result(timeout=max(0.0, min(step, deadline - time.monotonic())))
-            return
-        except FutureTimeout:
-            if not opts.status_every or time.monotonic() >= deadline:
-                raise
-            if comm.rank == 0:
-                print(format_status(comm.status()), file=sys.stderr, flush=True)
+    """Wait for one collective (``--status-every``'s lines come from a thread of rank 0)."""
+    future.result(timeout=opts.result_timeout)
+
+
+def traced_worker(comm, opts: DemoOptions) -> dict:
+    """``chaos_worker`` for a run that draws its timeline: a deadlock comes back with the
+    daemons' events and the wait-for graph, so that the pictures show it too."""
+    try:
+        return chaos_worker(comm, opts)
+    except DeadlockError as exc:
+        from .teach_narrate import wait_edges
+        return dict(deadlock=exc.report, edges=wait_edges(comm.status(), timeline_names(opts)),
+                    trace=comm.trace() + [host_mark(comm.rank, MARK_DEADLOCK)])
 
 
 def run_demo(opts: DemoOptions, backend: str | None = None, watchdog_timeout=None,
@@ -185,10 +192,11 @@ def run_demo(opts: DemoOptions, backend: str | None = None, watchdog_timeout=Non
     """Run the chaos test; returns each rank's stats (raises RankFailedError on failure).
     With ``group`` (``mpiexec`` or ``torchrun`` started a process per rank) this process
     runs its own rank; rank 0 gets every rank's stats, the others None."""
+    worker = traced_worker if opts.trace else chaos_worker
     if group is not None:
-        return run_in_group(chaos_worker, group, args=(opts,), policy=opts.policy,
+        return run_in_group(worker, group, args=(opts,), policy=opts.policy,
                             watchdog_timeout=watchdog_timeout, **config)
-    return launch(chaos_worker, opts.nranks, policy=opts.policy, backend=backend,
+    return launch(worker, opts.nranks, policy=opts.policy, backend=backend,
                   watchdog_timeout=watchdog_timeout, args=(opts,), **config)
 
 
@@ -339,6 +347,8 @@ def main(argv: list[str]) -> int:
     if per_rank is None:      # not rank 0 of a group: rank 0 reports for everyone
         return 0
     events = [e for r in per_rank for e in (r.pop("trace") or [])]
+    if any("deadlock" in r for r in per_rank):      # with --trace/--plot: drawn too
+        return _deadlock_pictures(opts, args, per_rank, events)
     print(summarize(opts, per_rank))
     if args.json:
         with open(args.json, "w") as f:
@@ -349,7 +359,28 @@ def main(argv: list[str]) -> int:
         print(f"timeline of {len(events)} events written to {args.trace} (each rank's host "
               f"marks moved onto its daemon's clock by {offsets} us)")
     if args.plot:
-        plot_timeline(events, args.plot, title=f"chaos demo, {opts.nranks} ranks, "
+        draw_timeline(events, args.plot, title=f"chaos demo, {opts.nranks} ranks, "
                       f"{policy_name(opts.policy)}", names=timeline_names(opts))
         print(f"timeline picture written to {args.plot}")
     return 0
+
+
+def _deadlock_pictures(opts: DemoOptions, args, per_rank: list, events: list) -> int:
+    """A deadlocked run with --trace/--plot: the report, then the timeline and the
+    wait-for graph (beside the timeline, ``NAME-wait-for.png``)."""
+    from ..sched.wait_graph import find_wait_cycle
+    report = next(r["deadlock"] for r in per_rank if "deadlock" in r)
+    print(f"\nFAILED: DeadlockError: {report}", file=sys.stderr)
+    if args.trace:
+        write_trace(opts, events, args.trace)
+        print(f"timeline of {len(events)} events written to {args.trace}")
+    if args.plot:
+        title = f"chaos demo, {opts.nranks} ranks, {policy_name(opts.policy)}"
+        draw_timeline(events, args.plot, title=title, names=timeline_names(opts),
+                      note="deadlock: the watchdog aborted the run")
+        edges = next((r["edges"] for r in per_rank if r.get("edges")), [])
+        cycle = find_wait_cycle({a: [b for x, b, _ in edges if x == a] for a, _, _ in edges})
+        graph = os.path.splitext(args.plot)[0] + "-wait-for.png"
+        draw_wait_graph(edges, graph, f"{title}: deadlock", cycle, opts.nranks)
+        print(f"timeline picture written to {args.plot}, wait-for graph to {graph}")
+    return EXIT_DEADLOCK

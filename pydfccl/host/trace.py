@@ -213,32 +213,9 @@ def to_chrome(events: list[dict], names: dict | None = None) -> dict:
 
 def plot_timeline(events: list[dict], path: str, title: str = "pydfccl daemons",
                   names: dict | None = None) -> None:
-    """A timeline picture: one row per rank and block, a bar per stretch a collective ran
-    (colour: the collective), a red tick where it was preempted."""
-    import matplotlib
+    """A timeline picture: ``pydfccl.cli.pictures.draw_timeline`` (a row per rank and
+    block, a colour per collective, preemptions as black crosses, budgets and host marks
+    in lanes of their own)."""
+    from ..cli.pictures import draw_timeline
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    slices = [e for e in to_chrome(events, names)["traceEvents"] if e["ph"] == "X"]
-    tracks = sorted({(s["pid"], s["tid"]) for s in slices})
-    row = {track: i for i, track in enumerate(tracks)}
-    colls = sorted({s["name"] for s in slices})
-    cmap = plt.get_cmap("tab20")
-    fig, ax = plt.subplots(figsize=(11, 0.5 * len(tracks) + 1.5))
-    for s in slices:
-        y = row[(s["pid"], s["tid"])]
-        ax.broken_barh([(s["ts"] / 1e3, s["dur"] / 1e3)], (y - 0.4, 0.8),
-                       color=cmap(colls.index(s["name"]) % 20))
-        if s["args"]["ended"] == "preempted":
-            ax.plot([(s["ts"] + s["dur"]) / 1e3] * 2, [y - 0.4, y + 0.4], color="red",
-                    lw=0.4, alpha=0.7)
-    ax.set_yticks(range(len(tracks)), [f"rank {r} block {b}" for r, b in tracks])
-    ax.set_xlabel("time (ms)")
-    ax.set_title(title + " (bars: a collective running; red: preempted)")
-    handles = [plt.Rectangle((0, 0), 1, 1, color=cmap(i % 20)) for i in range(len(colls))]
-    ax.legend(handles, colls, fontsize="small", ncol=min(len(colls), 8), loc="upper center",
-              bbox_to_anchor=(0.5, -0.35))
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    draw_timeline(events, path, title, names)

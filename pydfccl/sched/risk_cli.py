@@ -9,6 +9,7 @@ import sys
 from typing import List, Optional
 
 from .risk_estimate import RiskRow, plot, risk_study, write_csv
+from .risk_example import explain_round, find_example
 from .risk_rounds import PRESETS, Topology
 
 __all__ = ["main"]
@@ -49,6 +50,12 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--csv", metavar="FILE", help="also write the table as CSV")
     ap.add_argument("--plot", metavar="FILE.png", help="also plot P(deadlock) against p")
     ap.add_argument("--progress", action="store_true", help="show a progress bar on stderr")
+    ap.add_argument("--skip-span", type=int, default=1, metavar="N",
+                    help="submissions a deferral moves its collective past: 1 (default) the "
+                         "next one; N > 1 the paper's skip of several positions")
+    ap.add_argument("--example", action="store_true",
+                    help="instead of the table: the first deadlocked round drawn (at the "
+                         "largest p and q given), told as a cycle")
     return ap
 
 
@@ -67,6 +74,21 @@ def _table(topo: Topology, rows: List[RiskRow]) -> str:
     return "\n".join(lines)
 
 
+def _example(topo: Topology, p: float, q: float, seed: int, skip_span: int) -> int:
+    span = "one submission" if skip_span == 1 else f"{skip_span} submissions"
+    print(f"{topo.ngpus} GPUs = TP {topo.tp} x DP {topo.dp} x PP {topo.pp}, "
+          f"{topo.nslots} submissions per GPU; p = {p:g} (a deferral moves a collective past "
+          f"{span}), q = {q:g}, seed {seed}")
+    found = find_example(topo, p, q, seed, skip_span)
+    if found is None:
+        print("no deadlocked round in 100000 rounds: raise --p or --q", file=sys.stderr)
+        return 1
+    n, rnd, cycle = found
+    print(f"round {n} deadlocks:")
+    print(explain_round(topo, rnd, cycle))
+    return 0
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     args = _parser().parse_args(argv)
     preset = PRESETS[args.preset]
@@ -80,11 +102,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"risk: {exc}", file=sys.stderr)
         return 2
     rounds = pick(args.rounds, preset["rounds"])
-    if rounds < 1 or args.workers < 1:
-        print("risk: --rounds and --workers must be >= 1", file=sys.stderr)
+    if rounds < 1 or args.workers < 1 or args.skip_span < 1:
+        print("risk: --rounds, --workers and --skip-span must be >= 1", file=sys.stderr)
         return 2
-    rows = risk_study(topo, pick(args.p, preset["p"]), pick(args.q, preset["q"]), rounds,
-                      seed=args.seed, workers=args.workers, progress=args.progress)
+    ps, qs = pick(args.p, preset["p"]), pick(args.q, preset["q"])
+    if args.example:
+        return _example(topo, max(ps), max(qs), args.seed, args.skip_span)
+    rows = risk_study(topo, ps, qs, rounds, seed=args.seed, workers=args.workers,
+                      progress=args.progress, skip_span=args.skip_span)
     print(_table(topo, rows))
     if args.csv:
         write_csv(args.csv, topo, rows)

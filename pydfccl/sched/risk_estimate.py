@@ -56,20 +56,23 @@ def _seed_for(seed: int, p: float, q: float, block: int) -> np.random.SeedSequen
 
 
 def _run_block(args) -> int:
-    topo, p, q, seed, block, n = args
+    topo, p, q, seed, block, n, span = args
     rng = np.random.default_rng(_seed_for(seed, p, q, block))
-    return sum(find_deadlock(topo, sample_round(topo, p, q, rng)) is not None for _ in range(n))
+    return sum(find_deadlock(topo, sample_round(topo, p, q, rng, span)) is not None
+               for _ in range(n))
 
 
 def risk_study(topo: Topology, ps: Sequence[float], qs: Sequence[float], rounds: int,
-               seed: int = 0, workers: int = 1, progress: bool = False) -> List[RiskRow]:
-    """Deadlocked rounds out of ``rounds`` for every (p, q); the same for any ``workers``."""
+               seed: int = 0, workers: int = 1, progress: bool = False,
+               skip_span: int = 1) -> List[RiskRow]:
+    """Deadlocked rounds out of ``rounds`` for every (p, q); the same for any ``workers``.
+    ``skip_span``: how many submissions a deferral moves its collective past."""
     jobs, owner = [], []
     for p in ps:
         for q in qs:
             for block in range(-(-rounds // _BLOCK)):
                 n = min(_BLOCK, rounds - block * _BLOCK)
-                jobs.append((topo, p, q, seed, block, n))
+                jobs.append((topo, p, q, seed, block, n, skip_span))
                 owner.append((p, q))
     if workers > 1:
         with ProcessPoolExecutor(workers) as pool:

@@ -124,9 +124,23 @@ def _bernoulli_positions(total: int, prob: float, rng: np.random.Generator) -> n
     return pos[pos < total].astype(np.int64)
 
 
-def sample_round(topo: Topology, p: float, q: float, rng: np.random.Generator) -> Round:
+def sample_round(topo: Topology, p: float, q: float, rng: np.random.Generator,
+                 skip_span: int = 1) -> Round:
+    """One round's draws. A deferral moves its collective past the next submission
+    (``skip_span`` 1, the default), or past the next ``skip_span`` ones (the paper's skip of
+    several positions): it counts as that many consecutive skips of its GPU, within the
+    GPU's iteration."""
+    if skip_span < 1:
+        raise ValueError(f"skip_span must be >= 1, got {skip_span}")
     total = topo.ngpus * topo.nslots
-    return Round(_bernoulli_positions(total, p, rng), _bernoulli_positions(total, q, rng))
+    skips = _bernoulli_positions(total, p, rng)
+    syncs = _bernoulli_positions(total, q, rng)
+    if skip_span > 1 and len(skips):
+        L = topo.nslots
+        spread = skips[:, None] + np.arange(skip_span)[None, :]
+        same_gpu = spread // L == skips[:, None] // L
+        skips = np.unique(spread[same_gpu])
+    return Round(skips, syncs)
 
 
 def make_round(topo: Topology, skips: Sequence[Sequence[int]],

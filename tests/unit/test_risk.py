@@ -122,3 +122,41 @@ def test_cli_rejects_bad_input(capsys):
     assert exc.value.code == 2
     assert main(["--tp", "0"]) == 2
     assert "tp, dp and pp must be >= 1" in capsys.readouterr().err
+
+
+def test_a_skip_of_several_positions_defers_its_collective_that_far():
+    topo = Topology(tp=1, dp=2, pp=1, colls_tp=0, colls_dp=6)
+    rng = np.random.default_rng(0)
+    rnd = sample_round(topo, 0.2, 0.0, rng, skip_span=3)
+    skips = rnd.skips.tolist()
+    assert skips == sorted(set(skips))
+    assert all(s // 6 == (s + 1) // 6 or s % 6 == 5 for s in skips)
+    with pytest.raises(ValueError, match="skip_span"):
+        sample_round(topo, 0.2, 0.2, rng, skip_span=0)
+    # one hand-checked draw: GPU 0 defers slot 1 past three submissions
+    spread = make_round(topo, skips=[[1, 2, 3], []], syncs=[[], []])
+    from pydfccl.sched.risk_rounds import Runs
+    steps = Runs(spread.skips, 6).issue_steps(np.arange(6))
+    assert steps.tolist() == [0, 4, 1, 2, 3, 5]
+
+
+def test_multi_position_skips_keep_the_search_exact():
+    topo = Topology(tp=2, dp=2, pp=2, colls_tp=4, colls_dp=4)
+    rng = np.random.default_rng(11)
+    deadlocks = 0
+    for _ in range(300):
+        rnd = sample_round(topo, 0.1, 0.3, rng, skip_span=3)
+        slow = simulate_round(topo, rnd)
+        assert (find_deadlock(topo, rnd) is not None) == slow
+        deadlocks += slow
+    assert deadlocks > 0
+
+
+def test_risk_example_tells_one_deadlocked_round_as_a_cycle(capsys):
+    assert main(["--example"]) == 0
+    out = capsys.readouterr().out
+    assert "deadlocks:" in out and "The wait-for cycle" in out
+    assert "every sync waits for the next, and none returns" in out
+    assert "waits for" in out and "issues only at step" in out
+    assert main(["--example", "--skip-span", "3", "--p", "0.05", "--q", "0.05"]) == 0
+    assert "past 3 submissions" in capsys.readouterr().out

@@ -1,0 +1,65 @@
+"""``demo --status-every SECONDS``: what every rank is doing, in the words a user reads
+(outstanding runs, the collective each daemon block is on and whom it waits for, the host
+in a device sync, preemptions so far), printed by a thread at that interval for the whole
+run and once at its end, so that a run shorter than the interval still shows one."""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+__all__ = ["format_progress", "StatusPrinter"]
+
+
+def format_progress(statuses: list[dict]) -> str:
+    """One line per rank of ``Communicator.status()``, without the launcher's internals."""
+    lines = []
+    for st in statuses:
+        parts = [f"rank {st['rank']}: {st['outstanding']} outstanding",
+                 f"{st['preemptions']} preemptions"]
+        if st["host_blocked"]:
+            parts.append("host in a device sync")
+        for blk in st["blocks"]:
+            if blk["coll"] is None:
+                continue
+            waits = ", ".join(f"{what} rank {peer}" for peer, what in blk["waits"])
+            parts.append(f"block {blk['block']} on collective {blk['coll']} (step "
+                         f"{blk['step']})" + (f", waiting for {waits}" if waits else ""))
+        if len(parts) == 2 and not st["outstanding"]:
+            parts.append("idle")
+        lines.append("; ".join(parts))
+    return "\n".join(lines)
+
+
+class StatusPrinter:
+    """A thread that prints ``format_progress(comm.status())`` every ``every`` seconds
+    from ``start()`` until ``stop()``, which prints it once more."""
+
+    def __init__(self, comm, every: float, out=None):
+        self.comm, self.every = comm, every
+        self.out = out or sys.stderr
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True,
+                                        name=f"pydfccl-status-r{comm.rank}")
+
+    def _print(self, when: str) -> bool:
+        """Print the status; False once there is none to read (the communicator closed)."""
+        try:
+            text = format_progress(self.comm.status())
+        except Exception:
+            return False
+        print(f"status ({when}):\n{text}", file=self.out, flush=True)
+        return True
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every):
+            if not self._print("running"):
+                return
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self._print("end of run")

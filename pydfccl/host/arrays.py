@@ -162,6 +162,10 @@ class Array:
         """A host copy of the elements (as Numba's device arrays name it)."""
         return self.__array__()
 
+    def copy_to_device(self, values) -> None:
+        """``x[...] = values`` (as Numba's device arrays name it)."""
+        self[...] = values
+
     def tolist(self) -> list:
         return self.__array__().tolist()
 

@@ -101,20 +101,30 @@ def check_buffer(array, spec, role: str, needed: int) -> int:
     return addr
 
 
-def check_overlap(spec, send_addr: int, send_elems: int, recv_addr: int,
+def check_overlap(spec, rank: int, send_addr: int, send_elems: int, recv_addr: int,
                   recv_elems: int) -> None:
-    """Send and recv buffers either are one (in place, the same address and size) or do
-    not share a byte: a partial overlap has the run read what it already wrote."""
+    """Send and recv buffers are one (in place: the same address and size), NCCL's in-place
+    form of an all_gather (send is recv's block of this rank) or of a reduce_scatter (recv
+    is send's block of this rank), or share no byte: any other overlap has the run read
+    what it already wrote."""
     itemsize = np.dtype(spec.dtype).itemsize
     send_end, recv_end = send_addr + send_elems * itemsize, recv_addr + recv_elems * itemsize
-    if send_addr == recv_addr and send_elems == recv_elems:
-        if spec.in_place_ok or not send_elems:
-            return
-        raise ValueError(f"collective {spec.coll_id} ({spec.kind}) cannot run in place: "
-                         "pass separate send and recv buffers")
-    if send_addr < recv_end and recv_addr < send_end:
-        raise ValueError(f"collective {spec.coll_id} ({spec.kind}): the send and recv "
-                         "buffers overlap; pass the same buffer (in place) or separate ones")
+    if not (send_addr < recv_end and recv_addr < send_end) or not send_elems:
+        return
+    block = rank * spec.count * itemsize
+    if spec.kind == "all_gather" and send_addr == recv_addr + block:
+        return
+    if spec.kind == "reduce_scatter" and recv_addr == send_addr + block:
+        return
+    if send_addr == recv_addr and send_elems == recv_elems and spec.in_place_ok:
+        return
+    forms = {"all_gather": f"send = recv[{rank * spec.count}:{(rank + 1) * spec.count}]",
+             "reduce_scatter": f"recv = send[{rank * spec.count}:{(rank + 1) * spec.count}]"}
+    allowed = (" or the same buffer (in place)" if spec.in_place_ok
+               else f" or NCCL's in-place form ({forms[spec.kind]})" if spec.kind in forms
+               else "")
+    raise ValueError(f"collective {spec.coll_id} ({spec.kind}): the send and recv buffers "
+                     f"overlap; pass separate buffers{allowed}")
 
 
 class BufferChecker:

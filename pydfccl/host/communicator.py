@@ -224,7 +224,7 @@ class Communicator:
             if written(spec, "recv"):      # the same object: its writability is one check
                 self._check_buffer(recv, spec, "recv", recv_elems)
         else:
-            check_overlap(spec, send_addr, send_elems, recv_addr, recv_elems)
+            check_overlap(spec, self.rank, send_addr, send_elems, recv_addr, recv_elems)
         prio = spec.priority if priority is None else require_int(
             "priority", priority, minimum=-PRIORITY_LIMIT, maximum=PRIORITY_LIMIT,
             where=f"collective {spec.coll_id}: ")

@@ -15,6 +15,12 @@ def test_arrays_fill_run_and_come_back_as_the_same_objects():
         assert got["in_place"] == [-7, -7] + [2] * 8 + [-7, -7]    # only the view reduced
         assert got["in_place_same"] and got["gathered_same"] and got["np_same"]
         assert got["gathered"] == [0.0, 0.5, 1.0, 0.5]
+        assert got["gathered_in_place"] == [0.0, 0.5, 1.0, 0.5]
+        # rank r's block of (arange(4) + 0) + (arange(4) + 1); the other block untouched
+        block = [1 + 2 * (2 * rank), 1 + 2 * (2 * rank + 1)]
+        untouched = [v + rank for v in range(4)][2 - 2 * rank:4 - 2 * rank]
+        assert got["scattered_in_place"] == (block + untouched if rank == 0
+                                             else untouched + block)
         assert got["broadcast"] == [1.5] * 4
         assert got["np_out"] == [1] * 8
 
@@ -33,10 +39,10 @@ def test_refused_buffers_name_the_problem():
         "writes it",
         "ValueError: collective 0 (all_reduce): recv buffer is read-only, and the collective "
         "writes it",
-        "ValueError: collective 0 (all_reduce): the send and recv buffers overlap; pass the "
-        "same buffer (in place) or separate ones",
-        "ValueError: collective 1 (all_gather) cannot run in place: pass separate send and "
-        "recv buffers",
+        "ValueError: collective 0 (all_reduce): the send and recv buffers overlap; pass "
+        "separate buffers or the same buffer (in place)",
+        "ValueError: collective 1 (all_gather): the send and recv buffers overlap; pass "
+        "separate buffers or NCCL's in-place form (send = recv[0:4])",
         "TypeError: coll_id must be an int, got True (bool)",
         "TypeError: collective 0: priority must be an int, got 1.5 (float)",
         "ValueError: collective 3: count 9223372036854775808 is too large: its all_reduce "

@@ -1,5 +1,6 @@
-"""Rank workers for ``test_arrays.py``: user programs written with the public API only
-(``comm.empty``, ``x[...] = v``, ``np.asarray``), as they would run on a GPU unchanged.
+"""Rank workers for ``tests/ranks/test_arrays.py`` and ``tests/gpu/test_arrays_gpu.py``:
+user programs written with the public API only (``comm.empty``, ``x[...] = v``,
+``np.asarray``), which run unchanged on the simulator and on a GPU.
 Module-level so that rank processes can import them; each returns plain data."""
 
 import logging
@@ -11,13 +12,15 @@ import numpy as np
 import pydfccl
 
 
-def array_idioms(comm):
-    """Fill with the documented idioms, run out of place, in place on a view, and with
-    numpy buffers; report the values and whether each result is the very object given."""
+def array_idioms(comm, with_numpy: bool = True):
+    """Fill with the documented idioms, run out of place, in place on a view, and (the
+    simulator: ``with_numpy``) with numpy buffers; report the values and whether each
+    result is the very object given."""
     n = comm.nranks
     comm.prepare(0, "all_reduce", count=8, dtype="int64")
     comm.prepare(1, "all_gather", count=2, dtype="float32")
     comm.prepare(2, "broadcast", count=4, dtype="bfloat16", root=1)
+    comm.prepare(3, "reduce_scatter", count=2, dtype="int64")
     comm.start()
     x = comm.empty(8, "int64")
     x[...] = comm.rank
@@ -33,14 +36,25 @@ def array_idioms(comm):
     g_send[...] = [comm.rank, 0.5]
     g_recv = comm.empty(2 * n, "float32")
     gathered = comm.run(1, g_send, g_recv).result(timeout=120)
+    # NCCL's in-place forms: send is this rank's block of recv (all_gather), recv is this
+    # rank's block of send (reduce_scatter)
+    whole = comm.empty(2 * n, "float32")
+    whole[...] = -1
+    whole[2 * comm.rank:2 * comm.rank + 2] = [comm.rank, 0.5]
+    comm.run(1, whole[2 * comm.rank:2 * comm.rank + 2], whole).result(timeout=120)
+    scattered = comm.empty(2 * n, "int64")
+    scattered[...] = np.arange(2 * n) + comm.rank
+    comm.run(3, scattered, scattered[2 * comm.rank:2 * comm.rank + 2]).result(timeout=120)
     b = comm.empty(4, "bfloat16")
     b[...] = 1.5 if comm.rank == 1 else 0
     broadcast = comm.run(2, b).result(timeout=120)
     np_send, np_recv = np.full(8, comm.rank, np.int64), np.zeros(8, np.int64)
-    np_out = comm.run(0, np_send, np_recv).result(timeout=120)
+    np_out = comm.run(0, np_send, np_recv).result(timeout=120) if with_numpy else np_recv
     return dict(out=np.asarray(out).tolist(), same=out is y, type=type(out).__name__,
                 in_place=np.asarray(big).tolist(), in_place_same=in_place is part,
                 gathered=np.asarray(gathered).tolist(), gathered_same=gathered is g_recv,
+                gathered_in_place=np.asarray(whole).tolist(),
+                scattered_in_place=np.asarray(scattered).tolist(),
                 broadcast=np.asarray(broadcast).astype(float).tolist(),
                 np_same=np_out is np_recv, np_out=np_out.tolist())
 
@@ -79,8 +93,8 @@ def refused_buffers(comm):
         del mapped
     both = comm.empty(12, "float32")
     refused(ValueError, 0, both[:8], both[4:])                       # overlapping
-    gathered = comm.empty(4 * comm.nranks, "float32")
-    refused(ValueError, 1, gathered[:4], gathered)                   # in place: one rank
+    gathered = comm.empty(6, "float32")
+    refused(ValueError, 1, gathered[2:], gathered[:4])               # not NCCL's in place
     refused(TypeError, True, x)                                      # a bool for coll_id
     refused(TypeError, 0, x, priority=1.5)                           # a float for priority
     try:

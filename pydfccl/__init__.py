@@ -10,6 +10,7 @@ from .bootstrap.mpi import use_simulator_without_gpu as _use_simulator_without_g
 _use_simulator_without_gpu()   # under mpiexec without a GPU; must come before Numba loads
 
 from .host.communicator import Communicator  # noqa: E402
+from .host.arrays import Array
 from .errors import AbortedError, DeadlockError, PydfcclError, RankFailedError
 from .bootstrap.group import close_all, init_all, start_all
 from .bootstrap.launch import BACKENDS, launch
@@ -18,7 +19,7 @@ from .sched.policies import Policy, get_policy, policy_names, register
 from .host.world import WorldConfig
 
 __all__ = [
-    "Communicator", "launch", "BACKENDS", "WorldConfig", "init_all", "start_all", "close_all",
+    "Communicator", "Array", "launch", "BACKENDS", "WorldConfig", "init_all", "start_all", "close_all",
     "Policy", "register", "get_policy", "policy_names",
     "PydfcclError", "DeadlockError", "AbortedError", "RankFailedError",
 ]

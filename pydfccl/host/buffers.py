@@ -12,28 +12,50 @@ import numpy as np
 from ..platform import backend
 from ..protocol.codes import BFLOAT16
 
-__all__ = ["buffer_info", "dtype_accepted", "check_buffer", "BufferChecker", "dropped_by_user"]
+__all__ = ["buffer_info", "dtype_accepted", "written", "check_buffer", "check_overlap",
+           "BufferChecker", "future_dropped", "dropped_by_user"]
 
 
-def buffer_info(array):
-    """(address, element count, dtype, contiguous) of a device array (numpy in the simulator)."""
+def buffer_info(array) -> tuple:
+    """(address, element count, dtype, contiguous, read-only) of a user buffer: a pydfccl
+    array, a numpy array under the simulator, or on a GPU anything with
+    ``__cuda_array_interface__`` or ``__dlpack__`` (Numba, CuPy, PyTorch, JAX)."""
+    if getattr(array, "_pydfccl_array", False):
+        array = array.raw
     if backend.device_memory_is_host:
         if not isinstance(array, np.ndarray):
-            raise TypeError("expected a numpy array under the simulator, got "
-                            f"{type(array).__name__}")
+            raise TypeError("expected a numpy array or a pydfccl array (comm.empty) under "
+                            f"the simulator, got {type(array).__name__}")
         return (int(array.ctypes.data), int(array.size), array.dtype,
-                bool(array.flags.c_contiguous))
+                bool(array.flags.c_contiguous), not array.flags.writeable)
     iface = getattr(array, "__cuda_array_interface__", None)
     if iface is None:
-        raise TypeError(f"expected a CUDA device array (with __cuda_array_interface__), got "
-                        f"{type(array).__name__}; use comm.empty() or a Numba/CuPy/PyTorch "
-                        "CUDA array")
+        if hasattr(array, "__dlpack__") and not isinstance(array, np.ndarray):
+            return _dlpack_info(array)
+        raise TypeError(f"expected a CUDA device array (with __cuda_array_interface__ or "
+                        f"__dlpack__), got {type(array).__name__}; use comm.empty() or a "
+                        "Numba, CuPy, PyTorch or JAX array on the GPU")
     shape = tuple(iface["shape"])
     dtype = np.dtype(iface["typestr"])
     count = int(np.prod(shape)) if shape else 1
     strides = iface.get("strides")
-    contiguous = strides is None or strides == _c_strides(shape, dtype.itemsize)
-    return int(iface["data"][0]), count, dtype, contiguous
+    contiguous = strides is None or tuple(strides) == _c_strides(shape, dtype.itemsize)
+    return int(iface["data"][0]), count, dtype, contiguous, bool(iface["data"][1])
+
+
+def _dlpack_info(array) -> tuple:
+    """``buffer_info`` of an array that only speaks DLPack; it must be in GPU memory."""
+    from cuda.core.utils import StridedMemoryView
+
+    view = StridedMemoryView.from_dlpack(array, stream_ptr=-1)
+    if not view.is_device_accessible:
+        raise TypeError(f"{type(array).__name__} is in host memory; pydfccl runs on the GPU: "
+                        "pass a GPU array (comm.empty makes one)")
+    shape = tuple(view.shape)
+    count = int(np.prod(shape)) if shape else 1
+    strides = view.strides      # in elements; None: C-contiguous
+    contiguous = strides is None or tuple(strides) == _c_strides(shape, 1)
+    return int(view.ptr), count, np.dtype(view.dtype), contiguous, bool(view.readonly)
 
 
 def _c_strides(shape, itemsize):
@@ -52,22 +74,57 @@ def dtype_accepted(buffer_dtype, coll_dtype) -> bool:
     return buffer_dtype == coll_dtype or (coll_dtype == BFLOAT16 and buffer_dtype == np.uint16)
 
 
+def written(spec, role: str) -> bool:
+    """Whether a run of ``spec`` writes its ``role`` buffer: the recv buffer, except for a
+    point-to-point send, whose one buffer is only read."""
+    return role == "recv" and spec.kind != "send"
+
+
 def check_buffer(array, spec, role: str, needed: int) -> int:
-    """The address of ``array`` if it can serve as ``role`` ("send"/"recv") of ``spec``,
-    holding at least ``needed`` elements."""
-    addr, count, dtype, contiguous = buffer_info(array)
+    """The address of ``array`` if it can serve as ``role`` ("send"/"recv") of ``spec``:
+    exactly ``needed`` elements of its dtype, C-contiguous, writable if the run writes it."""
+    addr, count, dtype, contiguous, readonly = buffer_info(array)
     where = f"collective {spec.coll_id} ({spec.kind}): {role} buffer"
     if not dtype_accepted(dtype, spec.dtype):
-        hint = (" or uint16 (its raw bits, as comm.empty makes on a GPU)"
-                if np.dtype(spec.dtype) == BFLOAT16 else "")
+        hint = (" or uint16 (its raw bits)" if np.dtype(spec.dtype) == BFLOAT16 else "")
         raise TypeError(f"{where} has dtype {dtype}, expected {spec.dtype}{hint}")
-    if count < needed:
-        raise ValueError(f"{where} has {count} elements, needs at least {needed}")
+    if count != needed:
+        raise ValueError(f"{where} has {count} elements, the prepared count needs {needed}"
+                         + (f"; pass x[:{needed}] to use part of a larger buffer"
+                            if count > needed else ""))
     if not contiguous:
         raise ValueError(f"{where} is not C-contiguous")
-    if addr == 0:
+    if readonly and written(spec, role):
+        raise ValueError(f"{where} is read-only, and the collective writes it")
+    if addr == 0 and needed:
         raise ValueError(f"{where} has a null address")
     return addr
+
+
+def check_overlap(spec, rank: int, send_addr: int, send_elems: int, recv_addr: int,
+                  recv_elems: int) -> None:
+    """Send and recv buffers are one (in place: the same address and size), NCCL's in-place
+    form of an all_gather (send is recv's block of this rank) or of a reduce_scatter (recv
+    is send's block of this rank), or share no byte: any other overlap has the run read
+    what it already wrote."""
+    itemsize = np.dtype(spec.dtype).itemsize
+    send_end, recv_end = send_addr + send_elems * itemsize, recv_addr + recv_elems * itemsize
+    if not (send_addr < recv_end and recv_addr < send_end) or not send_elems:
+        return
+    block = rank * spec.count * itemsize
+    if spec.kind == "all_gather" and send_addr == recv_addr + block:
+        return
+    if spec.kind == "reduce_scatter" and recv_addr == send_addr + block:
+        return
+    if send_addr == recv_addr and send_elems == recv_elems and spec.in_place_ok:
+        return
+    forms = {"all_gather": f"send = recv[{rank * spec.count}:{(rank + 1) * spec.count}]",
+             "reduce_scatter": f"recv = send[{rank * spec.count}:{(rank + 1) * spec.count}]"}
+    allowed = (" or the same buffer (in place)" if spec.in_place_ok
+               else f" or NCCL's in-place form ({forms[spec.kind]})" if spec.kind in forms
+               else "")
+    raise ValueError(f"collective {spec.coll_id} ({spec.kind}): the send and recv buffers "
+                     f"overlap; pass separate buffers{allowed}")
 
 
 class BufferChecker:
@@ -75,7 +132,7 @@ class BufferChecker:
 
     Checking a device array from scratch costs several microseconds of Python (dtype and
     stride arithmetic), as much as the collective itself; a layout already accepted (same
-    typestr, shape and strides) only needs its address read.
+    typestr, shape, strides and read-only flag) only needs its address read.
     """
 
     def __init__(self):
@@ -83,6 +140,8 @@ class BufferChecker:
         self._last: dict = {}   # (coll_id, role) -> (weak reference, address) of a Numba array
 
     def __call__(self, array, spec, role: str, needed: int) -> int:
+        if getattr(array, "_pydfccl_array", False):
+            array = array.raw
         # The same Numba array as last time: its layout and address cannot have changed, and
         # building its __cuda_array_interface__ alone costs microseconds. (Not for other
         # arrays: a torch tensor's ``set_()`` moves the memory under the same object.)
@@ -93,8 +152,10 @@ class BufferChecker:
                  else getattr(array, "__cuda_array_interface__", None))
         if iface is None:
             return check_buffer(array, spec, role, needed)
-        key = (spec.coll_id, role, iface["typestr"], iface["shape"], iface.get("strides"))
-        addr = iface["data"][0]
+        data = iface["data"]
+        key = (spec.coll_id, role, iface["typestr"], iface["shape"], iface.get("strides"),
+               data[1])
+        addr = data[0]
         if key not in self._accepted or not addr:
             addr = check_buffer(array, spec, role, needed)
             self._accepted.add(key)
@@ -139,6 +200,13 @@ def _base_holders(buf) -> int:
 _UNHELD_BASE = _base_holders(np.empty(1)[:])   # a base that only its view holds
 
 
+def future_dropped(holder: tuple, i: int) -> bool:
+    """Whether the future ``holder[i]`` is held by nothing but ``holder`` (pydfccl's record
+    of a completed run) and no done-callback will see it: then nobody can read the run's
+    result, and its buffers, if the user dropped them too, were dropped by mistake."""
+    return not holder[i].has_callbacks and _holders(holder, i) <= 1
+
+
 def dropped_by_user(buffers: tuple) -> list:
     """The roles ("send", "recv", or "in-place" when they are one array) of a completed
     run's buffers that nothing but pydfccl held any more.
@@ -154,9 +222,10 @@ def dropped_by_user(buffers: tuple) -> list:
     for i in range(1 if in_place else 2):
         if _holders(buffers, i) > (2 if in_place else 1):
             continue                                    # the usual case: the user holds it
-        if _base_holders(buffers[i]) > _UNHELD_BASE:
+        memory = buffers[i].raw if getattr(buffers[i], "_pydfccl_array", False) else buffers[i]
+        if _base_holders(memory) > _UNHELD_BASE:
             continue                                    # a view of an array the user holds
-        if _numba_view(buffers[i]):
+        if _numba_view(memory):
             continue                                    # a Numba view: its owner is unknown
         roles.append("in-place" if in_place else ("send", "recv")[i])
     return roles

@@ -18,8 +18,15 @@ from ..protocol import layout as L
 from ..protocol.codes import (OUT_OF_PLACE_ONLY, POINT_TO_POINT, dtype_code, kind_code,
                               normalize_dtype, op_code)
 from ..protocol.reference import buffer_elems
+from .arguments import require_int
 
-__all__ = ["CollSpec", "Catalog"]
+__all__ = ["CollSpec", "Catalog", "MAX_BUFFER_BYTES", "PRIORITY_LIMIT"]
+
+# A buffer's bytes, at most: far beyond any device's memory, and every offset the daemon
+# computes from it (up to nranks times it) stays within its 64-bit words.
+MAX_BUFFER_BYTES = 1 << 48
+# |priority| at most: the policies shift it left by up to 40 bits into a 64-bit sort key.
+PRIORITY_LIMIT = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -61,9 +68,9 @@ class Catalog:
 
     def new_spec(self, coll_id, kind: str, count, dtype, op: str, root: int, priority: int,
                  peer) -> CollSpec:
-        """The spec ``prepare`` describes, or ValueError naming what is wrong with it."""
-        if not isinstance(coll_id, (int, np.integer)) or coll_id < 0:
-            raise ValueError(f"coll_id must be a non-negative int, got {coll_id!r}")
+        """The spec ``prepare`` describes, or ValueError (TypeError for an argument of the
+        wrong type) naming what is wrong with it."""
+        coll_id = require_int("coll_id", coll_id, minimum=0)
         if coll_id in self.specs:
             raise ValueError(f"collective {coll_id} is already prepared")
         if len(self.specs) >= self.config.max_colls:
@@ -72,8 +79,18 @@ class Catalog:
         kind_code(kind)
         op_code(op)
         dt = normalize_dtype(dtype)
-        if not isinstance(count, (int, np.integer)) or count < 1:
-            raise ValueError(f"collective {coll_id}: count must be a positive int, got {count!r}")
+        where = f"collective {coll_id}: "
+        count = require_int("count", count, minimum=0, where=where)
+        largest = max(buffer_elems(kind, count, self.nranks)) * dt.itemsize
+        if largest > MAX_BUFFER_BYTES:
+            raise ValueError(f"{where}count {count} is too large: its {kind} needs a buffer "
+                             f"of {largest} bytes, more than the {MAX_BUFFER_BYTES} "
+                             "(2**48) pydfccl can address")
+        root = require_int("root", root, where=where)
+        priority = require_int("priority", priority, minimum=-PRIORITY_LIMIT,
+                               maximum=PRIORITY_LIMIT, where=where)
+        if peer is not None:
+            peer = require_int("peer", peer, where=where)
         if not 0 <= root < self.nranks:
             raise ValueError(f"collective {coll_id}: root {root} out of range 0..{self.nranks - 1}")
         if kind in POINT_TO_POINT:

@@ -36,8 +36,10 @@ from ..protocol import layout as L
 from ..protocol.codes import normalize_dtype
 from ..errors import AbortedError, PydfcclError
 from ..sched.policies import get_policy
-from .buffers import BufferChecker
-from .catalog import Catalog, CollSpec
+from .arrays import Array
+from .arguments import require_int
+from .buffers import BufferChecker, check_overlap, written
+from .catalog import PRIORITY_LIMIT, Catalog, CollSpec
 from .completion import CompletionQueue
 from .daemons import daemon_for, launch_args
 from .futures import CollectiveFuture
@@ -191,41 +193,65 @@ class Communicator:
         self._state.require(Phase.STARTED, "barrier")
         self._exchange(None)
 
-    def empty(self, count: int, dtype="float32"):
-        """An uninitialized array on this rank's device (numpy under the simulator)."""
-        return platform.empty(count, normalize_dtype(dtype))
+    def empty(self, count: int, dtype="float32") -> Array:
+        """An uninitialized ``pydfccl.Array`` of ``count`` elements on this rank's device
+        (host memory under the simulator), with numpy's idioms on both: ``x[...] = v``,
+        ``x[a:b] = values``, ``np.asarray(x)``."""
+        count = require_int("count", count, minimum=0)
+        return Array.empty(count, normalize_dtype(dtype))
 
     def run(self, coll_id: int, send, recv=None, priority: int | None = None) -> Future:
         """Submit one run of a prepared collective; ``recv`` defaults to ``send`` (in place).
 
-        Returns a Future whose result is ``recv``; errors (deadlock, abort) raise there.
+        Returns a Future whose result is ``recv`` (the object passed); errors (deadlock,
+        abort) raise there. The future holds both buffers until the run completes. A
+        collective of ``count=0`` completes at once.
         """
         state = self._state
         if not state.started:
             state.require(Phase.STARTED, "run")
-        if coll_id not in self._specs:
-            raise ValueError(f"unknown collective {coll_id!r}; prepared: {sorted(self._specs)}")
-        spec = self._specs[coll_id]
+        spec = self._specs.get(coll_id) if type(coll_id) is int else None
+        if spec is None:
+            spec = self._spec_of(coll_id)
         if recv is None and not spec.in_place_ok:
-            raise ValueError(f"collective {coll_id} ({spec.kind}) needs a recv buffer")
+            raise ValueError(f"collective {spec.coll_id} ({spec.kind}) needs a recv buffer")
         recv = send if recv is None else recv
         send_elems, recv_elems = spec.sizes(self.nranks)
         send_addr = self._check_buffer(send, spec, "send", send_elems)
-        recv_addr = self._check_buffer(recv, spec, "recv", recv_elems)
-        prio = spec.priority if priority is None else int(priority)
-        future = CollectiveFuture(self._cq, running=True)
-        index = self._index[coll_id]
+        recv_addr = (send_addr if recv is send
+                     else self._check_buffer(recv, spec, "recv", recv_elems))
+        if recv is send:
+            if written(spec, "recv"):      # the same object: its writability is one check
+                self._check_buffer(recv, spec, "recv", recv_elems)
+        else:
+            check_overlap(spec, self.rank, send_addr, send_elems, recv_addr, recv_elems)
+        prio = spec.priority if priority is None else require_int(
+            "priority", priority, minimum=-PRIORITY_LIMIT, maximum=PRIORITY_LIMIT,
+            where=f"collective {spec.coll_id}: ")
+        buffers = (send, recv)
+        future = CollectiveFuture(self._cq, running=True, buffers=buffers)
+        index = self._index[spec.coll_id]
         with self._lock:
             if state.error is None and self._abort_word[0]:
                 state.error = state.abort_error()
             if state.error is not None:
                 raise state.error
-            self._submissions.add(index, future, send_addr, recv_addr, prio, (send, recv))
+            if not spec.count:         # nothing to move: done, as NCCL does
+                future.set_result(recv)
+                return future
+            self._submissions.add(index, future, send_addr, recv_addr, prio, buffers)
             self._launcher.notify()
         poller.wake()
         if not self.persistent:
             self._launch_once()
         return future
+
+    def _spec_of(self, coll_id):
+        """The spec of ``coll_id``, or the error that names what is wrong with it."""
+        coll_id = require_int("coll_id", coll_id, minimum=0)
+        if coll_id not in self._specs:
+            raise ValueError(f"unknown collective {coll_id!r}; prepared: {sorted(self._specs)}")
+        return self._specs[coll_id]
 
     def _launch_once(self) -> None:
         """The launch-per-collective baseline: a kernel for the runs submitted so far."""

@@ -18,7 +18,7 @@ from contextlib import nullcontext
 from .. import platform
 from ..log import logger
 from ..protocol import layout as L
-from .buffers import dropped_by_user
+from .buffers import dropped_by_user, future_dropped
 from .futures import CollectiveFuture
 from .hostspin import SPINS_PER_CALL, wait_for_stamp
 
@@ -100,7 +100,9 @@ class CompletionQueue:
             index = int(self._coll[slot])
             with self._lock:    # the head and the count move together: undone() reads both
                 self.head += 1
-                future, buffers = self._inflight[index].popleft()
+                # (index, future, buffers), held by ``done`` alone: no local name holds the
+                # future, which ``future_dropped`` counts on
+                done.append((index, *self._inflight[index].popleft()))
                 self.completed += 1
                 self._completed_word[0] = self.completed
                 resubmitted = self._submit_waiting(index) > 0
@@ -108,7 +110,6 @@ class CompletionQueue:
                     self.on_idle()     # no kernel of this rank waits for a peer
             if resubmitted and self.on_resubmitted is not None:
                 self.on_resubmitted()
-            done.append((index, future, buffers))
         if done:
             count = len(done)
             self._complete(done)
@@ -124,10 +125,10 @@ class CompletionQueue:
         held (``platform.deferred_frees``), which costs microseconds per completion."""
         risky = not self._quits
         dropped = []
-        for _, future, buffers in done:
-            roles = dropped_by_user(buffers)    # before set_result, which holds recv
+        for entry in done:     # before set_result, which holds recv
+            roles = dropped_by_user(entry[2]) if future_dropped(entry, 1) else []
             dropped.append(roles)
-            risky = risky or future.has_callbacks or bool(roles)
+            risky = risky or entry[1].has_callbacks or bool(roles)
         with platform.deferred_frees() if risky else nullcontext():
             for (index, future, buffers), roles in zip(done, dropped):
                 for role in roles:

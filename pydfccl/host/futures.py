@@ -33,11 +33,12 @@ class CollectiveFuture(Future):
     completion queue itself instead of waiting for the poller thread to wake it, which
     saves a thread hand-off (tens of microseconds in Python) per collective. ``queue`` is
     what it helps: anything with ``help_until_done(future, timeout)`` (a
-    ``completion.CompletionQueue``)."""
+    ``completion.CompletionQueue``). ``buffers`` (send, recv) are kept alive until the
+    future is finished."""
 
     SPIN_SECONDS = backend.waiter_spin_seconds   # then a blocking wait on the poller
 
-    def __init__(self, queue, running: bool = False):
+    def __init__(self, queue, running: bool = False, buffers: tuple | None = None):
         # the base class's state, less the condition (made on first use, below)
         self._state = RUNNING if running else PENDING
         self._result = None
@@ -46,6 +47,8 @@ class CollectiveFuture(Future):
         self._done_callbacks = []
         self._lazy_condition = None
         self._queue = queue
+        self._buffers = buffers      # (send, recv): the daemon has only their addresses,
+        #                              so whoever holds the future holds them until the end
         self.has_callbacks = False   # a callback may free device memory where it runs
         self.finished = False        # set before the result: a waiting thread reads it
         #                              without done()'s lock
@@ -62,6 +65,7 @@ class CollectiveFuture(Future):
 
     def set_result(self, result):
         self.finished = True
+        self._buffers = None         # the result (recv) is held from now on
         with _making_condition:
             if self._lazy_condition is None and self._state == RUNNING:
                 # nobody waits and no callback is registered: both would have made it
@@ -72,6 +76,7 @@ class CollectiveFuture(Future):
 
     def set_exception(self, exception):
         self.finished = True
+        self._buffers = None
         super().set_exception(exception)
 
     def add_done_callback(self, fn):

@@ -77,6 +77,9 @@ class Backend:
     waiter_spin_seconds: float = 0.0
     # The class of Numba's device arrays (None where they are numpy's).
     numba_device_array: type | None = None
+    # Where the elements of a pydfccl array (``host.arrays.Array``) live: a
+    # ``storage.HostStorage`` or ``storage.NumbaStorage``.
+    array_storage = None
 
     deferred_frees = staticmethod(deferred_frees)
     precise_sleeps = staticmethod(precise_sleeps)
@@ -89,10 +92,13 @@ class Backend:
     # -- user buffers ------------------------------------------------------------------------
 
     def to_numpy(self, array, dtype=None) -> np.ndarray:
-        """A host copy of ``array`` (a numpy array is returned itself); with ``dtype``
+        """A host copy of ``array`` (a numpy array is returned itself, a pydfccl array
+        read as ``np.asarray``); with ``dtype``
         bfloat16, a uint16 array of raw bits comes back as bfloat16 values."""
         if isinstance(array, np.ndarray) and not hasattr(array, "copy_to_host"):
             host = array
+        elif getattr(array, "_pydfccl_array", False):    # host.arrays.Array: as a user reads
+            host = np.asarray(array)
         else:
             dev = (array if hasattr(array, "copy_to_host")
                    else cuda.as_cuda_array(array, sync=False))
@@ -107,7 +113,7 @@ class Backend:
         values = np.ascontiguousarray(values)
         if values.dtype == BFLOAT16 and dst.dtype == np.uint16:
             values = values.view(np.uint16)
-        if isinstance(dst, np.ndarray):
+        if isinstance(dst, np.ndarray) or getattr(dst, "_pydfccl_array", False):
             dst[...] = values
         else:
             self._copy_to_device(dst, values)

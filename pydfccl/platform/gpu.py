@@ -13,6 +13,7 @@ from numba.cuda.cudadrv.devicearray import DeviceNDArray
 from ..protocol.codes import storage_dtype
 from . import driver, streams
 from .base import Backend
+from .storage import NumbaStorage
 
 __all__ = ["GpuBackend", "GpuDeviceBuffer", "GpuHostBuffer"]
 
@@ -77,6 +78,9 @@ class GpuBackend(Backend):
     numba_device_array = DeviceNDArray
     DeviceBuffer = GpuDeviceBuffer
     HostBuffer = GpuHostBuffer
+    # pydfccl arrays: copies and fills on pydfccl's copy stream, waited for
+    array_storage = NumbaStorage(cuda.device_array, streams.host_to_device,
+                                 streams.device_to_host, streams.memset_words)
     new_stream = staticmethod(streams.new_stream)
     destroy_stream = staticmethod(streams.destroy_stream)
     # %globaltimer follows the host's real-time clock, but apart by up to milliseconds,

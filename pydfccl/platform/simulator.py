@@ -11,6 +11,7 @@ import time
 import numpy as np
 
 from .base import Backend
+from .storage import HostStorage
 
 __all__ = ["SimulatorBackend", "SimulatedBuffer", "install_gentle_block_supervisor"]
 
@@ -45,6 +46,7 @@ class SimulatorBackend(Backend):
     waiter_spin_seconds = 0.0
     DeviceBuffer = SimulatedBuffer
     HostBuffer = SimulatedBuffer
+    array_storage = HostStorage()
     # the simulator's device clock
     event_clock_ns = staticmethod(time.perf_counter_ns)
 

@@ -17,7 +17,7 @@ from numba import cuda
 from .driver import driver_result
 
 __all__ = ["new_stream", "destroy_stream", "copy_stream", "host_to_device", "device_to_host",
-           "zero_device", "flat_bytes", "STAGING_BYTES"]
+           "zero_device", "memset_words", "flat_bytes", "STAGING_BYTES"]
 
 
 def new_stream():
@@ -102,6 +102,20 @@ def zero_device(addr: int, nbytes: int) -> None:
     stream = copy_stream()
     driver_result(driver.cuMemsetD8Async(addr, 0, nbytes, stream._pydfccl_handle),
                   "cuMemsetD8Async")
+    stream.synchronize()
+
+
+def memset_words(dev_bytes, pattern: int, itemsize: int) -> None:
+    """Set every ``itemsize``-byte word (1, 2 or 4) of the flat uint8 device array
+    ``dev_bytes`` to ``pattern``, on the copy stream, and wait."""
+    from cuda.bindings import driver
+
+    setter = {1: driver.cuMemsetD8Async, 2: driver.cuMemsetD16Async,
+              4: driver.cuMemsetD32Async}[itemsize]
+    stream = copy_stream()
+    addr = int(dev_bytes.__cuda_array_interface__["data"][0])
+    driver_result(setter(addr, pattern, dev_bytes.size // itemsize, stream._pydfccl_handle),
+                  f"cuMemsetD{8 * itemsize}Async")
     stream.synchronize()
 
 

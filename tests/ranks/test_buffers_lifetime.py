@@ -1,6 +1,7 @@
 """Buffers the user drops before its collective completes: pydfccl keeps them alive until
-then, and says so (a warning, ``stats()["dropped_buffers"]``); buffers the user keeps, or
-views of arrays it keeps, are not reported."""
+then (the future holds them); only buffers whose future was dropped too are reported (a
+warning, ``stats()["dropped_buffers"]``), never buffers the user keeps or views of arrays it
+keeps."""
 
 import numpy as np
 
@@ -8,27 +9,20 @@ import pydfccl
 import workers
 from pydfccl.host.buffers import dropped_by_user
 
-WARNING = ("rank 0: collective 0's in-place buffer was dropped by the user before the "
-           "collective completed; pydfccl kept it alive until then")
-
-
 def _want(nranks):
     reduced = sum(workers._inputs(r, 5, "int64", 0) for r in range(nranks))
     gathered = np.concatenate([workers._inputs(r, 3, "int64", 1) for r in range(nranks)])
     return [reduced.tolist(), gathered.tolist()]
 
 
-def test_dropped_buffers_are_kept_alive_and_reported():
+def test_buffers_dropped_while_their_futures_are_kept_live_on_silently():
+    """The futures hold their buffers: a user who keeps the future can still read its
+    result, so nothing was dropped by mistake (``test_arrays.py`` drops the futures too)."""
     per_rank = pydfccl.launch(workers.dropped_or_kept_buffers, 2, args=(True,), timeout=300)
     for out in per_rank:
         assert out["results"] == _want(2)
-        assert out["stats"]["dropped_buffers"] > 0
-        assert len(out["warnings"]) == out["stats"]["dropped_buffers"]
-    rank0 = per_rank[0]   # its runs could not complete before it dropped the buffers
-    assert rank0["stats"]["dropped_buffers"] == 3, rank0["warnings"]
-    assert WARNING in rank0["warnings"]
-    assert any("collective 1's send buffer" in w for w in rank0["warnings"])
-    assert any("collective 1's recv buffer" in w for w in rank0["warnings"])
+        assert out["stats"]["dropped_buffers"] == 0
+        assert out["warnings"] == []
 
 
 def test_kept_buffers_and_views_of_kept_arrays_are_not_reported():

@@ -173,21 +173,6 @@ def test_status_shows_who_waits_for_whom():
         assert mine["outstanding"] == 0 and all(b["coll"] is None for b in mine["blocks"])
 
 
-def test_bad_input_raises_clear_errors():
-    (messages,) = pydfccl.launch(workers.bad_inputs, 1, timeout=120)
-    text = "\n".join(messages)
-    for fragment in ["only allowed after start()", "unknown collective kind 'all_to_everyone'",
-                     "unknown reduction op 'xor'", "unknown dtype 'complex64'",
-                     "count must be a positive int", "coll_id must be a non-negative int",
-                     "already prepared", "only allowed before start()",
-                     "unknown collective 7", "has 9 elements, needs at least 10",
-                     "has dtype int32, expected float32", "not C-contiguous",
-                     "this communicator is closed",
-                     "collective 1 (reduce_scatter) needs a recv buffer",
-                     "collective 1 (reduce_scatter): send buffer has 4 elements, needs at least 5"]:
-        assert fragment in text, fragment
-
-
 def test_mismatched_prepare_names_collective_field_and_ranks():
     with pytest.raises(pydfccl.RankFailedError,
                        match=r"collective 0: field 'count' differs across ranks "

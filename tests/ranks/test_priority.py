@@ -78,10 +78,7 @@ def overtake_worker(comm, how, sample_s):
     bufs = {}
     for c in IDS:
         send = comm.empty(COUNT, "int64")
-        if isinstance(send, np.ndarray):    # the simulator
-            send[...] = _inputs(comm.rank, c)
-        else:
-            send.copy_to_device(_inputs(comm.rank, c))
+        send[...] = _inputs(comm.rank, c)
         bufs[c] = (send, comm.empty(COUNT, "int64"))
     seen, lock, futures = [], threading.Lock(), {}
 

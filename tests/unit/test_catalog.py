@@ -24,7 +24,9 @@ def _add(catalog, coll_id, kind="all_reduce", count=4, peer=None, **kw):
 
 @pytest.mark.parametrize("args, message", [
     (dict(coll_id=-1), "non-negative int"),
-    (dict(count=0), "count must be a positive int"),
+    (dict(count=-1), "collective 5: count must be a non-negative int, got -1"),
+    (dict(count=2**63), "collective 5: count 9223372036854775808 is too large"),
+    (dict(priority=2**21), "collective 5: priority must be at most 1048576"),
     (dict(root=3), "root 3 out of range 0..2"),
     (dict(kind="send"), "needs peer= another rank"),
     (dict(kind="recv", peer=0), "needs peer= another rank"),
@@ -36,6 +38,26 @@ def test_prepare_refuses_what_the_daemon_could_not_run(args, message):
     call.update(args)
     with pytest.raises(ValueError, match=message):
         _catalog().new_spec(**call)
+
+
+@pytest.mark.parametrize("name, value", [("coll_id", True), ("coll_id", 5.0),
+                                         ("count", True), ("count", 4.0), ("root", False),
+                                         ("root", 0.0), ("priority", True),
+                                         ("priority", 1.5), ("peer", 1.0)])
+def test_prepare_refuses_bools_and_floats_where_an_int_belongs(name, value):
+    call = dict(coll_id=5, kind="send" if name == "peer" else "all_reduce", count=4,
+                dtype="float32", op="sum", root=0, priority=0, peer=1 if name == "peer" else None)
+    call[name] = value
+    with pytest.raises(TypeError, match=rf"{name} must be an int, got {value!r} "
+                                        rf"\({type(value).__name__}\)"):
+        _catalog().new_spec(**call)
+
+
+def test_count_zero_is_a_collective_with_an_entry():
+    catalog = _catalog()
+    spec = _add(catalog, 3, count=0)
+    assert spec.count == 0 and spec.sizes(3) == (0, 0)
+    assert catalog.place_all({3: 0}, {3: 0})[0]["count"] == 0
 
 
 def test_an_id_is_prepared_once_and_the_table_has_room_for_max_colls():

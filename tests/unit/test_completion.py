@@ -129,17 +129,33 @@ def test_the_baseline_hooks_run_when_nothing_is_outstanding_and_on_resubmission(
     assert idle == [0]
 
 
-def test_a_run_whose_buffers_only_pydfccl_held_is_counted_and_named(caplog, held):
+def test_a_run_whose_buffers_and_future_only_pydfccl_held_is_counted_and_named(caplog,
+                                                                             held):
     rank = Rank()
-    future = CollectiveFuture(rank.cq, running=True)
     with rank.lock:
-        send, recv = np.zeros(2), np.zeros(2)
-        rank.sub.add(1, future, send.ctypes.data, recv.ctypes.data, 0, (send, recv))
-        del send, recv
+        buffers = send, recv = np.zeros(2), np.zeros(2)     # one tuple, as run() makes
+        rank.sub.add(1, CollectiveFuture(rank.cq, running=True, buffers=buffers),
+                     send.ctypes.data, recv.ctypes.data, 0, buffers)
+        del send, recv, buffers
     rank.daemon.complete()
     rank.cq.drain()
     assert rank.cq.dropped_buffers == 2 and held == [True]
     assert "collective 11's send buffer was dropped" in caplog.text
+
+
+def test_a_future_the_user_keeps_holds_its_buffers_and_nothing_is_reported(caplog, held):
+    """Submit, drop the buffers, keep the future: its result is the recv buffer, alive."""
+    rank = Rank()
+    with rank.lock:
+        buffers = send, recv = np.zeros(2), np.zeros(2)
+        future = CollectiveFuture(rank.cq, running=True, buffers=buffers)
+        rank.sub.add(1, future, send.ctypes.data, recv.ctypes.data, 0, buffers)
+        recv_id = id(recv)
+        del send, recv, buffers
+    rank.daemon.complete()
+    rank.cq.drain()
+    assert id(future.result()) == recv_id
+    assert rank.cq.dropped_buffers == 0 and held == [] and "dropped" not in caplog.text
 
 
 @pytest.mark.parametrize("with_callback", [False, True])

@@ -1,0 +1,109 @@
+"""The memory behind a ``pydfccl`` array (``pydfccl.host.arrays.Array``) on each backend.
+
+An array is the same object for the user on a GPU and under the simulator; only where its
+elements live differs, and that difference is here: ``HostStorage`` keeps them in a numpy
+array (the simulator's device memory is host memory), ``NumbaStorage`` in a Numba device
+array, read and written through copies the caller supplies (on a GPU, pydfccl's own copy
+stream, waited for: ``streams``). Both take "raw" arrays (numpy or Numba, which slice
+alike) and host numpy arrays of the raw array's dtype and shape.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..protocol.codes import normalize_dtype, storage_dtype
+
+__all__ = ["HostStorage", "NumbaStorage"]
+
+
+class HostStorage:
+    """Elements in a numpy array (the simulator)."""
+
+    name = "host memory"
+
+    def storage_dtype(self, dtype) -> np.dtype:
+        """The dtype of the raw array that holds ``dtype``'s elements."""
+        return normalize_dtype(dtype)
+
+    def empty(self, shape, dtype) -> np.ndarray:
+        return np.empty(shape, self.storage_dtype(dtype))
+
+    def contiguous(self, raw) -> bool:
+        return bool(raw.flags.c_contiguous)
+
+    def read(self, raw) -> np.ndarray:
+        """A host copy of ``raw``."""
+        return raw.copy()
+
+    def write(self, raw, values: np.ndarray) -> None:
+        """``values`` (raw's dtype and shape) into ``raw``."""
+        raw[...] = values
+
+    def fill(self, raw, value: np.ndarray) -> None:
+        """Every element of ``raw`` set to the 0-d ``value`` (raw's dtype)."""
+        raw[...] = value
+
+    def interface(self, raw) -> dict | None:
+        """The ``__cuda_array_interface__`` of ``raw``; None: host memory has none."""
+        return None
+
+    # The raw numpy array's ``__dlpack__`` shares host memory with other libraries.
+    dlpack = True
+
+
+def flat_bytes(dev):
+    """A C-contiguous Numba device array as a flat uint8 one (the same memory)."""
+    return dev.reshape(dev.size).view(np.uint8)
+
+
+class NumbaStorage:
+    """Elements in a Numba device array (a GPU). ``device_array(shape, dtype)`` allocates;
+    ``to_device(dev_bytes, host_bytes)`` and ``to_host(dev_bytes) -> host_bytes`` copy
+    between flat uint8 arrays and return once the copy has landed; ``memset(dev_bytes,
+    pattern, itemsize)`` sets every ``itemsize``-byte word to ``pattern`` (itemsize 1, 2 or
+    4; None: fills go through ``to_device``)."""
+
+    def __init__(self, device_array, to_device, to_host, memset=None):
+        self._device_array = device_array
+        self._to_device = to_device
+        self._to_host = to_host
+        self._memset = memset
+
+    name = "a GPU"
+
+    def storage_dtype(self, dtype) -> np.dtype:
+        """Numba cannot allocate bfloat16: its elements are kept as uint16 raw bits."""
+        return storage_dtype(dtype)
+
+    def empty(self, shape, dtype):
+        return self._device_array(shape, self.storage_dtype(dtype))
+
+    def contiguous(self, raw) -> bool:
+        return bool(raw.is_c_contiguous())
+
+    def read(self, raw) -> np.ndarray:
+        if raw.size == 0:
+            return np.empty(raw.shape, raw.dtype)
+        return self._to_host(flat_bytes(raw)).view(raw.dtype).reshape(raw.shape)
+
+    def write(self, raw, values: np.ndarray) -> None:
+        if raw.size:
+            self._to_device(flat_bytes(raw), np.ascontiguousarray(values).view(np.uint8)
+                            .reshape(-1))
+
+    def fill(self, raw, value: np.ndarray) -> None:
+        if raw.size == 0:
+            return
+        itemsize = raw.dtype.itemsize
+        if self._memset is not None and itemsize in (1, 2, 4):
+            pattern = int(np.asarray(value, raw.dtype).reshape(1).view(f"u{itemsize}")[0])
+            self._memset(flat_bytes(raw), pattern, itemsize)
+        else:    # 8-byte elements: no single memset writes them
+            self.write(raw, np.full(raw.shape, value, raw.dtype))
+
+    def interface(self, raw) -> dict:
+        return raw.__cuda_array_interface__
+
+    # Numba's device arrays do not export DLPack; ``__cuda_array_interface__`` shares them.
+    dlpack = False

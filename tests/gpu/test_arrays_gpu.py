@@ -1,0 +1,94 @@
+"""The same user programs as ``tests/ranks/test_arrays.py`` on a GPU (ranks as threads and
+as processes), and every kind of GPU buffer in and the very same object out: Numba device
+arrays, ``pydfccl.Array``, PyTorch and CuPy arrays, an array that only speaks DLPack; and a
+read-only ``__cuda_array_interface__`` refused."""
+
+import numpy as np
+import pytest
+
+import pydfccl
+from array_workers import array_idioms, futures_hold_buffers
+from pydfccl import platform
+
+pytestmark = pytest.mark.skipif(not platform.gpu_available(), reason="needs a GPU")
+
+
+@pytest.mark.parametrize("backend", ["threads", "processes"])
+def test_the_simulators_array_program_runs_unchanged(backend):
+    for got in pydfccl.launch(array_idioms, 2, backend=backend, args=(False,), timeout=300):
+        assert got["out"] == [0, 3, 6, 1, 1, 1, 1, 1]
+        assert got["same"] and got["type"] == "Array"
+        assert got["in_place"] == [-7, -7] + [2] * 8 + [-7, -7]
+        assert got["in_place_same"] and got["gathered_same"]
+        assert got["gathered"] == [0.0, 0.5, 1.0, 0.5]
+        assert got["gathered_in_place"] == [0.0, 0.5, 1.0, 0.5]
+        assert got["broadcast"] == [1.5] * 4
+
+
+def test_kept_futures_hold_their_buffers_on_the_gpu():
+    for got in pydfccl.launch(futures_hold_buffers, 2, args=(False,), backend="threads",
+                              timeout=300):
+        assert got["results"] == [[1, 1, 1, 1], [3, 3, 3, 3], [5, 5, 5, 5], [2, 2, 2, 2]]
+        assert got["dropped"] == 0 and got["warnings"] == []
+
+
+class DLPackOnly:
+    """An array that offers nothing but DLPack (as JAX's do)."""
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+    def __dlpack__(self, **kwargs):
+        return self.tensor.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.tensor.__dlpack_device__()
+
+
+class ReadOnly:
+    def __init__(self, array):
+        iface = dict(array.__cuda_array_interface__)
+        iface["data"] = (iface["data"][0], True)
+        self.__cuda_array_interface__ = iface
+        self.array = array
+
+
+def _every_buffer_type(comm):
+    import torch
+    from numba import cuda
+
+    comm.prepare(0, "all_reduce", count=4, dtype="float32")
+    comm.start()
+    value = np.full(4, comm.rank + 1, np.float32)
+    made = {"numba": cuda.to_device(value), "torch": torch.from_numpy(value).cuda()}
+    made["dlpack"] = DLPackOnly(torch.from_numpy(value).cuda())
+    made["pydfccl"] = comm.empty(4, "float32")
+    made["pydfccl"][...] = value
+    try:
+        import cupy
+        made["cupy"] = cupy.asarray(value)
+    except ImportError:
+        pass
+    cuda.synchronize()
+    out = {}
+    for name, buf in made.items():
+        result = comm.run(0, buf).result(timeout=60)
+        tensor = result.tensor if name == "dlpack" else result
+        out[name] = (result is buf, platform.to_numpy(tensor).tolist()
+                     if name != "torch" else tensor.cpu().tolist())
+    try:
+        comm.run(0, ReadOnly(made["numba"]))
+    except ValueError as exc:
+        out["read-only"] = str(exc)
+    return out
+
+
+def test_every_buffer_type_comes_back_as_itself():
+    pytest.importorskip("torch")
+    for got in pydfccl.launch(_every_buffer_type, 2, backend="threads", timeout=300):
+        names = ["numba", "torch", "dlpack", "pydfccl"] + (["cupy"] if "cupy" in got else [])
+        for name in names:
+            same, values = got[name]
+            assert same, name
+            assert values == [3.0] * 4, name
+        assert "recv buffer is read-only" in got["read-only"]

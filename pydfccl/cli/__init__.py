@@ -26,6 +26,8 @@ SUBCOMMANDS = {
     "soak": ("pydfccl.cli.soak", "many random schedules end to end, every output verified"),
     "doctor": ("pydfccl.cli.doctor", "what this machine offers pydfccl (versions, GPUs, MPS, "
                                      "launchers, kernel cache)"),
+    "build-kernels": ("pydfccl.cli.build_kernels", "compile the daemons ahead, without a GPU, "
+                                                   "into the kernel cache"),
 }
 
 

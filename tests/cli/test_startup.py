@@ -44,3 +44,14 @@ def test_bench_startup_names_a_bad_argument():
     proc = _bench("--prebuilt", "/no/such/dir")
     assert proc.returncode == 2
     assert "--prebuilt /no/such/dir: no such directory" in proc.stderr
+
+
+def test_each_daemon_a_program_starts_is_logged_with_how_it_was_got():
+    proc = subprocess.run([sys.executable, "-m", "pydfccl", "demo", "-n", "2", "-k", "2", "-i",
+                           "1", "--no-progress"], cwd=ROOT, capture_output=True, text=True,
+                          env=dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYDFCCL_DEBUG="INFO"),
+                          timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    made = [line for line in proc.stderr.splitlines() if "INFO daemon dfccl for" in line]
+    assert len(made) == 2, proc.stderr[-3000:]          # one a rank process, each once
+    assert all("made (the simulator compiles nothing)" in line for line in made)

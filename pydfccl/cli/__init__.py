@@ -20,19 +20,22 @@ PROG = "python -m pydfccl"
 SUBCOMMANDS = {
     "demo": ("pydfccl.cli.demo", "the chaos test: disordered collectives, every result verified"),
     "bench": ("pydfccl.cli.sweep", "nccl-tests-style size sweep against baselines; "
-                                   "'bench latency' for small-message latency"),
+                                   "'bench latency' for small-message latency, "
+                                   "'bench startup' for a fresh process's start-up"),
     "teach": ("pydfccl.cli.teach", "a deadlock a student can watch: NCCL-style, then dfccl, "
                                    "narrated, with pictures"),
     "risk": ("pydfccl.sched.risk", "the paper's deadlock-risk study (no GPU needed)"),
     "soak": ("pydfccl.cli.soak", "many random schedules end to end, every output verified"),
     "doctor": ("pydfccl.cli.doctor", "what this machine offers pydfccl (versions, GPUs, MPS, "
                                      "launchers, kernel cache)"),
+    "build-kernels": ("pydfccl.cli.build_kernels", "compile the daemons ahead, without a GPU, "
+                                                   "into the kernel cache"),
 }
 
 
 def _usage() -> str:
     lines = [f"usage: {PROG} {{" + ",".join(SUBCOMMANDS) + "} [--help] ...", ""]
-    lines += [f"  {name:<6} {text}" for name, (_, text) in SUBCOMMANDS.items()]
+    lines += [f"  {name:<13} {text}" for name, (_, text) in SUBCOMMANDS.items()]
     return "\n".join(lines)
 
 

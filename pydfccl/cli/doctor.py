@@ -18,6 +18,7 @@ import sys
 import tempfile
 
 from .. import platform
+from ..kernels.cache_place import cache_dir
 
 __all__ = ["checks", "find_mpiexec", "kernel_cache_dir", "main"]
 
@@ -101,14 +102,14 @@ def _launchers() -> list[tuple]:
 
 
 def kernel_cache_dir() -> str:
-    """Where Numba keeps the compiled daemon: NUMBA_CACHE_DIR, else ``__pycache__`` beside
-    the kernels' sources (``pydfccl/kernels``)."""
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    return os.environ.get("NUMBA_CACHE_DIR") or os.path.join(package, "kernels", "__pycache__")
+    """Where the compiled daemons are kept: PYDFCCL_CACHE_DIR, else NUMBA_CACHE_DIR, else
+    ``__pycache__`` beside the kernels' sources (``pydfccl/kernels``)."""
+    return str(cache_dir())
 
 
 def _cache() -> list[tuple]:
-    where = os.environ.get("NUMBA_CACHE_DIR") or "beside the package (__pycache__)"
+    where = (os.environ.get("PYDFCCL_CACHE_DIR") or os.environ.get("NUMBA_CACHE_DIR")
+             or "beside the package (__pycache__)")
     probe = kernel_cache_dir()
     try:
         os.makedirs(probe, exist_ok=True)
@@ -118,7 +119,7 @@ def _cache() -> list[tuple]:
                  "instead of compiling it")]
     except OSError as exc:
         return [(PROBLEM, "kernel cache", f"{where}: not writable ({exc.strerror}); every run "
-                 "compiles the daemon again (set NUMBA_CACHE_DIR)")]
+                 "compiles the daemon again (set PYDFCCL_CACHE_DIR)")]
 
 
 def checks() -> list[tuple]:

@@ -16,7 +16,7 @@ from ..protocol.reference import buffer_elems, reference
 from ..sched.policies import Policy
 
 __all__ = ["SoakOptions", "Collective", "Schedule", "draw_schedule", "soak_input",
-           "expected_output", "ROOTED"]
+           "soak_inputs", "expected_output", "ROOTED"]
 
 ROOTED = ("broadcast", "reduce")
 SYNC_CHANCE = 0.25      # of a device-wide synchronize after a submission
@@ -126,9 +126,18 @@ def soak_input(rank: int, coll: int, run: int, count: int, dtype: str, op: str,
     return (((np.arange(count) + 7 * coll + 3 * run + rank) % span) + 1).astype(dtype)
 
 
+def soak_inputs(coll: int, run: int, count: int, dtype: str, op: str,
+                nranks: int) -> np.ndarray:
+    """Every rank's ``soak_input`` for one run at once: row r is rank r's (one numpy
+    expression instead of one a rank, for each run each rank checks)."""
+    span = 2 if op == "prod" else max(1, min(13, 127 // nranks))
+    ranks = np.arange(nranks)[:, None]
+    return (((np.arange(count)[None, :] + 7 * coll + 3 * run + ranks) % span) + 1).astype(dtype)
+
+
 def expected_output(schedule: Schedule, coll: int, run: int, rank: int):
     """numpy's answer for one rank's run (None where NCCL leaves the output unspecified)."""
     spec, n = schedule.colls[coll], schedule.nranks
     send_elems, _ = buffer_elems(spec.kind, spec.count, n)
-    inputs = [soak_input(r, coll, run, send_elems, spec.dtype, spec.op, n) for r in range(n)]
+    inputs = list(soak_inputs(coll, run, send_elems, spec.dtype, spec.op, n))
     return reference(spec.kind, inputs, spec.op, spec.root, rank)

@@ -156,6 +156,9 @@ def main(argv: list[str]) -> int:
     if argv and argv[0] == "latency":          # the small-message latency benchmark
         from .bench import main as latency_main
         return latency_main(argv[1:])
+    if argv and argv[0] == "startup":          # fresh processes to the first result
+        from .startup import main as startup_main
+        return startup_main(argv[1:])
     args = build_parser().parse_args(argv)
     opts, overrides = _options(args)
     driver = _driver(args)

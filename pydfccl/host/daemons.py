@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 
+from ..log import logger
 from ..protocol import layout as L
 
 __all__ = ["daemon_for", "launch_args"]
@@ -16,16 +18,26 @@ _daemons_lock = threading.Lock()
 
 def daemon_for(policy, nthreads: int):
     """The compiled daemon of ``policy`` for blocks of ``nthreads`` (one per policy and
-    register cap in a process)."""
+    register cap in a process, made when the first communicator that needs it starts).
+    Logged at INFO: whether it came from the kernel cache or was compiled, and how long
+    that took."""
     from ..kernels.compiler import register_cap
     from ..kernels.daemon import compile_now, make_daemon
 
     key = (policy.name, policy.functions, register_cap(nthreads))
     with _daemons_lock:
         if key not in _daemons:
+            started = time.perf_counter()
             kernel = make_daemon(policy, nthreads)
             compile_now(kernel)
             _daemons[key] = kernel
+            if not hasattr(kernel, "_cache_hits"):
+                how = "made (the simulator compiles nothing)"
+            else:
+                how = ("loaded from the kernel cache" if sum(kernel._cache_hits.values())
+                       else "compiled")
+            logger.info("daemon %s for %d threads (%d registers): %s in %.2f s", policy.name,
+                        nthreads, key[2], how, time.perf_counter() - started)
         return _daemons[key]
 
 

@@ -30,7 +30,8 @@ from numba import cuda
 
 from .memory import SIMULATOR
 
-__all__ = ["MAX_THREADS", "SM_REGISTERS", "daemon_kernel", "register_cap", "blocks_per_sm"]
+__all__ = ["MAX_THREADS", "SM_REGISTERS", "daemon_kernel", "register_cap", "blocks_per_sm",
+           "cache_key", "fingerprint"]
 
 MAX_THREADS = 512                         # threads per daemon block, at most
 SM_REGISTERS = 65536                      # a multiprocessor's register file (sm_90)
@@ -38,7 +39,9 @@ SM_REGISTERS = 65536                      # a multiprocessor's register file (sm
 _PACKAGE = Path(__file__).resolve().parent.parent
 # The files whose text becomes the daemon's machine code (the kernels and the constants
 # they import).
-_SOURCES = sorted(_PACKAGE.glob("kernels/*.py")) + [
+# The host-side modules of the package that only compile, cache or inspect are left out.
+_HOST_ONLY = {"ahead.py", "cache_place.py", "kernel_cache.py", "ptx.py"}
+_SOURCES = sorted(p for p in _PACKAGE.glob("kernels/*.py") if p.name not in _HOST_ONLY) + [
     _PACKAGE / "protocol" / "layout.py", _PACKAGE / "protocol" / "codes.py",
     _PACKAGE / "sched" / "policies.py"]
 
@@ -61,6 +64,12 @@ def fingerprint(policy) -> str:
     return digest.hexdigest()
 
 
+def cache_key(policy, registers: int, variant: str = "") -> str:
+    """The disk-cache key of ``policy``'s daemon with ``registers`` a thread: the content of
+    its sources (never their paths or times), so that it survives reinstalling."""
+    return f"{fingerprint(policy)}-r{registers}{variant}"
+
+
 def register_cap(nthreads: int) -> int:
     """The registers a daemon thread may use in blocks of ``nthreads``: an SM's file
     (65,536) shared by one full block, in the 8-register steps a warp is given them, 255 at
@@ -80,26 +89,15 @@ if SIMULATOR:
         """The simulator's kernel decorator (it caches and caps nothing)."""
         return cuda.jit
 else:
-    from numba.cuda.dispatcher import CUDACache
-
-    class _PolicyKeyedCache(CUDACache):
-        """Numba's CUDA cache with the closure-pickle part of the key replaced."""
-
-        def __init__(self, py_func, key: str):
-            super().__init__(py_func)
-            self._stable_key = key
-
-        def _index_key(self, sig, codegen):
-            key = super()._index_key(sig, codegen)
-            return key[:3] + (self._stable_key,) + key[4:]
+    from .kernel_cache import KeyedCache
 
     def daemon_kernel(policy, registers: int, variant: str = ""):
         """``cuda.jit`` for ``policy``'s daemon with at most ``registers`` a thread, cached
-        across processes (a build ``variant``, such as the step profile, apart)."""
-        key = f"{fingerprint(policy)}-r{registers}{variant}"
+        across processes and installs (a build ``variant``, such as the step profile, apart)."""
+        key = cache_key(policy, registers, variant)
 
         def decorate(fn):
             kernel = cuda.jit(max_registers=registers)(fn)
-            kernel._cache = _PolicyKeyedCache(kernel.py_func, key)
+            kernel._cache = KeyedCache(kernel.py_func, key)
             return kernel
         return decorate

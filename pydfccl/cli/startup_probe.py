@@ -1,0 +1,64 @@
+"""One fresh process of ``bench startup``: a 2-rank program that prepares one all-reduce,
+starts and verifies its first result, with each phase timed; prints one JSON line.
+
+Run by ``pydfccl.cli.startup`` as ``PROBE`` (``python -c``: ``python -m`` would import the
+package before the probe could time it) with POLICY and COUNT as arguments; the kernel cache
+it uses is the environment's (``PYDFCCL_CACHE_DIR``)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+__all__ = ["PROBE", "first_collective", "main"]
+
+PROBE = ("import sys, time; t = time.perf_counter(); import pydfccl; "
+         "t = time.perf_counter() - t; from pydfccl.cli.startup_probe import main; "
+         "sys.exit(main(sys.argv[1:], t))")
+
+
+def first_collective(comm, count: int) -> dict:
+    """A rank's part: prepare and start, then one all-reduce whose result is checked."""
+    import numpy as np
+
+    from pydfccl import platform
+
+    t0 = time.perf_counter()
+    comm.prepare(0, "all_reduce", count=count, dtype="float32")
+    comm.start()
+    t1 = time.perf_counter()
+    x = comm.empty(count, "float32")
+    platform.copy_in(x, np.full(count, comm.rank + 1, np.float32))
+    comm.run(0, x).result(timeout=300)
+    got = platform.to_numpy(x)
+    expected = comm.nranks * (comm.nranks + 1) / 2
+    t2 = time.perf_counter()
+    return dict(start=t1 - t0, first=t2 - t1, ok=bool(np.all(got == expected)))
+
+
+def main(argv: list[str], import_seconds: float) -> int:
+    """The phases after ``import pydfccl``, which took ``import_seconds``."""
+    import pydfccl
+
+    policy, count = argv[0], int(argv[1])
+    phases = {"import pydfccl": import_seconds}
+
+    t = time.perf_counter()
+    from pydfccl.host.daemons import daemon_for
+    from pydfccl.host.world import WorldConfig
+    phases["runtime modules (numba.cuda)"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    daemon_for(pydfccl.get_policy(policy), WorldConfig(nranks=2).nthreads)
+    phases["daemon compile or load"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    ranks = pydfccl.launch(first_collective, 2, policy=policy, args=(count,), timeout=600)
+    total = time.perf_counter() - t
+    phases["prepare + start"] = max(r["start"] for r in ranks)
+    phases["first verified collective"] = max(r["first"] for r in ranks)
+    phases["ranks up and down"] = total - phases["prepare + start"] - \
+        phases["first verified collective"]
+    print(json.dumps(dict(phases=phases, ok=all(r["ok"] for r in ranks),
+                          backend=pydfccl.platform.backend.name)))
+    return 0

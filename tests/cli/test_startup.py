@@ -1,0 +1,57 @@
+"""``python -m pydfccl bench startup`` as a user types it: fresh processes, cold and warm
+(and with a prebuilt cache), every phase timed and the first all-reduce verified."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PHASES = ["import pydfccl", "runtime modules (numba.cuda)", "daemon compile or load",
+          "prepare + start", "first verified collective", "ranks up and down",
+          "whole process, to the verified result"]
+
+
+def _bench(*argv):
+    return subprocess.run([sys.executable, "-m", "pydfccl", "bench", "startup", *argv],
+                          cwd=ROOT, env=dict(os.environ, NUMBA_ENABLE_CUDASIM="1"),
+                          capture_output=True, text=True, timeout=1500)
+
+
+def test_bench_startup_prints_each_phase_cold_warm_and_prebuilt(tmp_path):
+    prebuilt = tmp_path / "kernels"
+    prebuilt.mkdir()
+    proc = _bench("--warm", "1", "--json", str(tmp_path / "s.json"), "--prebuilt", str(prebuilt))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert "backend: simulator" in lines
+    header = next(line for line in lines if line.startswith("phase"))
+    assert header.split()[-6:] == ["cold", "(s)", "warm", "(s)", "prebuilt", "(s)"]
+    for name in ["python -c pass (baseline)"] + PHASES:
+        row = next(line for line in lines if line.startswith(name))
+        assert len([float(x) for x in row[len(name):].split()]) == 3, row
+    report = json.loads((tmp_path / "s.json").read_text())
+    for phases in (report["cold"], report["warm"][0], report["prebuilt"]):
+        assert list(phases) == PHASES
+        assert all(v >= 0 for v in phases.values()), phases
+        inner = sum(v for k, v in phases.items() if not k.startswith("whole"))
+        assert phases["whole process, to the verified result"] >= inner > 0
+    assert report["baseline"] > 0
+
+
+def test_bench_startup_names_a_bad_argument():
+    proc = _bench("--prebuilt", "/no/such/dir")
+    assert proc.returncode == 2
+    assert "--prebuilt /no/such/dir: no such directory" in proc.stderr
+
+
+def test_each_daemon_a_program_starts_is_logged_with_how_it_was_got():
+    proc = subprocess.run([sys.executable, "-m", "pydfccl", "demo", "-n", "2", "-k", "2", "-i",
+                           "1", "--no-progress"], cwd=ROOT, capture_output=True, text=True,
+                          env=dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYDFCCL_DEBUG="INFO"),
+                          timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    made = [line for line in proc.stderr.splitlines() if "INFO daemon dfccl for" in line]
+    assert len(made) == 2, proc.stderr[-3000:]          # one a rank process, each once
+    assert all("made (the simulator compiles nothing)" in line for line in made)

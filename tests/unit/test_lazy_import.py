@@ -1,0 +1,40 @@
+"""``import pydfccl`` stays cheap: Numba's CUDA target, the kernels, torch, matplotlib and
+mpi4py load only when a name that needs them is used, and every public name still works."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("numba.cuda", "torch", "matplotlib", "mpi4py", "pydfccl.kernels.daemon")
+
+SCRIPT = """
+import json, sys
+import pydfccl
+before = sorted(m for m in %r if m in sys.modules)
+names = {name: type(getattr(pydfccl, name)).__name__ for name in pydfccl.__all__}
+print(json.dumps(dict(before=before, names=names, platform=hasattr(pydfccl.platform, "copy_in"),
+                      cuda="numba.cuda" in sys.modules)))
+""" % (HEAVY,)
+
+
+def test_import_pydfccl_loads_no_heavy_module_and_every_public_name_resolves():
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["before"] == [], f"import pydfccl loaded {report['before']}"
+    import pydfccl
+    assert sorted(report["names"]) == sorted(pydfccl.__all__)
+    assert report["names"]["Communicator"] == "type"
+    assert report["names"]["launch"] == "function"
+    assert report["platform"] and report["cuda"]     # used names load what they need
+
+
+def test_an_unknown_name_is_an_attribute_error():
+    import pydfccl
+    with pytest.raises(AttributeError, match="no_such_name"):
+        pydfccl.no_such_name

@@ -1,22 +1,26 @@
 """The demo's bulk buffers: every collective's buffer a 256-byte aligned view of one
 allocation, the inputs the demo has always used, and a check that finds a wrong element and
-names it. (The demo itself runs them end to end in tests/cli/test_cli.py.)"""
+names it. (The demo itself runs them end to end in tests/cli/test_cli.py.) The buffers here
+are numpy arrays: the class uses only the idioms every buffer of ``comm.empty`` has."""
 
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from pydfccl import platform
 from pydfccl.cli.chaos_buffers import ChaosBuffers
 from pydfccl.protocol.reference import buffer_elems
 
 
 def _buffers(rank=1, nranks=3, kinds=("all_reduce", "all_gather", "reduce"), count=37):
-    comm = SimpleNamespace(rank=rank, nranks=nranks, empty=platform.empty)
+    comm = SimpleNamespace(rank=rank, nranks=nranks, empty=lambda n, dtype: np.empty(n, dtype))
     sizes = [buffer_elems(kind, count, nranks) for kind in kinds]
     return ChaosBuffers(comm, list(kinds), sizes, "int32", [k % nranks for k in
                                                              range(len(kinds))]), sizes
+
+
+def _fill(buffer, values):
+    buffer[...] = values
 
 
 def test_views_are_aligned_disjoint_and_hold_each_ranks_inputs():
@@ -25,11 +29,11 @@ def test_views_are_aligned_disjoint_and_hold_each_ranks_inputs():
     ends = []
     for k, (send, (elems, _)) in enumerate(zip(buffers.sends, sizes)):
         assert send.size == elems
-        offset = platform.address_of(send) - platform.address_of(buffers.send_all)
+        offset = send.ctypes.data - buffers.send_all.ctypes.data
         assert offset % 256 == 0 and (not ends or offset >= ends[-1])
         ends.append(offset + send.nbytes)
         want = ((np.arange(elems) + 7 * k + 3 * 4) % 13 + 1 + 1).astype(np.int32)   # rank 1
-        np.testing.assert_array_equal(platform.to_numpy(send), want)
+        np.testing.assert_array_equal(send, want)
 
 
 def test_the_check_passes_right_outputs_and_names_the_first_wrong_one():
@@ -38,11 +42,11 @@ def test_the_check_passes_right_outputs_and_names_the_first_wrong_one():
     buffers.fill(it)
     for k, recv in enumerate(buffers.recvs):
         base = (np.arange(count) + 7 * k + 3 * it) % 13
-        platform.copy_in(recv, (nranks * base + nranks * (nranks + 1) // 2).astype(np.int32))
+        _fill(recv, (nranks * base + nranks * (nranks + 1) // 2).astype(np.int32))
     assert buffers.check(it) == 2
-    wrong = platform.to_numpy(buffers.recvs[1]).copy()
+    wrong = buffers.recvs[1].copy()
     wrong[5] += 1
-    platform.copy_in(buffers.recvs[1], wrong)
+    _fill(buffers.recvs[1], wrong)
     with pytest.raises(AssertionError, match=r"iteration 2, collective 1 \(all_reduce\): "
                                              r"element 5 is"):
         buffers.check(it)
@@ -52,7 +56,7 @@ def test_a_reduce_is_checked_only_at_its_root():
     nranks, count = 3, 37
     buffers, _ = _buffers(rank=1, nranks=nranks, count=count, kinds=("reduce", "reduce"))
     buffers.fill(0)                                   # roots 0 and 1: rank 1 roots the second
-    platform.copy_in(buffers.recvs[0], np.full(count, -1, np.int32))   # undefined: not read
+    _fill(buffers.recvs[0], np.full(count, -1, np.int32))   # undefined: not read
     base = (np.arange(count) + 7) % 13
-    platform.copy_in(buffers.recvs[1], (nranks * base + 6).astype(np.int32))
+    _fill(buffers.recvs[1], (nranks * base + 6).astype(np.int32))
     assert buffers.check(0) == 1

@@ -19,9 +19,11 @@ import os
 import subprocess
 import sys
 
+import pytest
 from hypothesis import HealthCheck, Phase, event, given, note, settings
 from hypothesis import strategies as st
 
+from policy_choice import chosen, only
 from pydfccl.cli.replay import EXIT_COMPLETED, EXIT_DEADLOCK, predict, replay
 from pydfccl.sched.model import COMPLETED, DEADLOCK, SYNC, WAIT_ALL, Collective, Schedule, submit
 
@@ -62,13 +64,18 @@ def small_schedules(draw, sync_anywhere=True):
     return Schedule(nranks, {c: Collective(counts[c], prios[c]) for c in common}, ranks)
 
 
+PREEMPTIVE = chosen(["dfccl"], preemptive=True)   # or the one --policy names
+
+
+@pytest.mark.skipif(not PREEMPTIVE, reason="the policy named by --policy is not preemptive")
 @engine_settings
 @given(schedule=small_schedules(), dtype=st.sampled_from(["float32", "int64"]))
 def test_dfccl_completes_with_the_models_sums(schedule, dtype):
     note(schedule.to_json())
-    model = predict(schedule, "dfccl", dtype)
+    policy = PREEMPTIVE[0]
+    model = predict(schedule, policy, dtype)
     assert model.outcome == COMPLETED, model.summary()   # no wait_all cycle by construction
-    out = replay(schedule, "dfccl", dtype=dtype, timeout=LAUNCH_TIMEOUT)
+    out = replay(schedule, policy, dtype=dtype, timeout=LAUNCH_TIMEOUT)
     assert out["outcome"] == "completed", out.get("report")
     for r, rank in enumerate(out["ranks"]):
         assert rank["verified"] == len(schedule.collectives)
@@ -78,6 +85,7 @@ def test_dfccl_completes_with_the_models_sums(schedule, dtype):
             assert rank["outputs"][c] == model.values[c][r] == model.expected[c], (r, c)
 
 
+@pytest.mark.skipif(not only("nccl"), reason="another policy was named")
 @engine_settings
 @given(schedule=small_schedules(sync_anywhere=False))
 def test_nccl_deadlocks_exactly_when_the_model_does(schedule):
@@ -103,6 +111,7 @@ def _demo(path, *extra):
                            *extra], capture_output=True, text=True, timeout=LAUNCH_TIMEOUT)
 
 
+@pytest.mark.skipif(not only("dfccl"), reason="another policy was named")
 def test_schedule_file_replays_from_the_command_line(tmp_path):
     opposite = Schedule.from_orders([[0, 1], [1, 0]], counts={0: 3, 1: 17})
     path = tmp_path / "opposite.json"

@@ -23,6 +23,10 @@ SUBCOMMANDS = {
                                    "'bench latency' for small-message latency"),
     "risk": ("pydfccl.sched.risk", "the paper's deadlock-risk study (no GPU needed)"),
     "soak": ("pydfccl.cli.soak", "many random schedules end to end, every output verified"),
+    "check-policy": ("pydfccl.cli.check_policy", "type-check a policy for the device, then "
+                                                 "try it on random schedules in the model"),
+    "replay": ("pydfccl.cli.replay_cmd", "a counterexample file in the model and on the "
+                                         "engine, both verdicts side by side"),
     "doctor": ("pydfccl.cli.doctor", "what this machine offers pydfccl (versions, GPUs, MPS, "
                                      "launchers, kernel cache)"),
 }
@@ -30,7 +34,7 @@ SUBCOMMANDS = {
 
 def _usage() -> str:
     lines = [f"usage: {PROG} {{" + ",".join(SUBCOMMANDS) + "} [--help] ...", ""]
-    lines += [f"  {name:<6} {text}" for name, (_, text) in SUBCOMMANDS.items()]
+    lines += [f"  {name:<12} {text}" for name, (_, text) in SUBCOMMANDS.items()]
     return "\n".join(lines)
 
 

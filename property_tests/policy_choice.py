@@ -50,15 +50,15 @@ def only(name: str) -> bool:
 
 
 def drawn_params(draw, name: str):
-    """The policy with parameters drawn in sane ranges: budgets of a few to a few hundred
-    checks, quits after 1-2000 idle ticks. A policy of one's own draws each time parameter
-    between 1 and its model value (0 stays 0; NEVER stays); counts and flags keep theirs."""
+    """The policy with parameters drawn in sane ranges: budgets of none (one check) to a few
+    hundred checks, quits after 1-2000 idle ticks. A policy of one's own draws each time
+    parameter between 0 and its model value (NEVER stays); counts and flags keep theirs."""
     policy = policies.get_policy(name)
     if policy.name == "fixed" and "THRESHOLD" in policy.parameters:
-        over = dict(THRESHOLD=draw(st.integers(1, 200)),
+        over = dict(THRESHOLD=draw(st.integers(0, 200)),
                     QUIT_AFTER=draw(st.integers(1, 2000)))
     elif policy.name in ("dfccl", "patient_head") and "BASE" in policy.parameters:
-        over = dict(BASE=draw(st.integers(1, 60)), FACTOR=draw(st.integers(1, 8)),
+        over = dict(BASE=draw(st.integers(0, 60)), FACTOR=draw(st.integers(1, 8)),
                     NUM_TRY=draw(st.integers(1, 6)), QUIT_AFTER=draw(st.integers(1, 2000)))
         if policy.name == "dfccl":   # the head's first budget: the model's own (BASE) or longer
             over["HEAD_BASE"] = draw(st.sampled_from([0, 0, 100, 500]))
@@ -66,5 +66,5 @@ def drawn_params(draw, name: str):
         over = {}
         for pname, value in policy.values(model=True).items():
             if policy.parameters[pname].kind == TIME and 0 < value < NEVER:
-                over[pname] = draw(st.integers(1, value), label=pname)
+                over[pname] = draw(st.integers(0, value), label=pname)
     return policy.with_params(**over)

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from pydfccl.sched import policies
 from pydfccl.sched.params import NEVER, TIME
 
-__all__ = ["select", "selected", "chosen", "only", "drawn_params"]
+__all__ = ["select", "selected", "chosen", "only", "drawn_params", "note_counterexample"]
 
 _SELECTED: list = []        # [(spec, Policy)] once a policy was named
 
@@ -55,16 +55,33 @@ def drawn_params(draw, name: str):
     parameter between 0 and its model value (NEVER stays); counts and flags keep theirs."""
     policy = policies.get_policy(name)
     if policy.name == "fixed" and "THRESHOLD" in policy.parameters:
-        over = dict(THRESHOLD=draw(st.integers(0, 200)),
-                    QUIT_AFTER=draw(st.integers(1, 2000)))
+        over = dict(THRESHOLD=draw(st.integers(0, 200), label="THRESHOLD"),
+                    QUIT_AFTER=draw(st.integers(1, 2000), label="QUIT_AFTER"))
     elif policy.name in ("dfccl", "patient_head") and "BASE" in policy.parameters:
-        over = dict(BASE=draw(st.integers(0, 60)), FACTOR=draw(st.integers(1, 8)),
-                    NUM_TRY=draw(st.integers(1, 6)), QUIT_AFTER=draw(st.integers(1, 2000)))
+        over = dict(BASE=draw(st.integers(0, 60), label="BASE"),
+                    FACTOR=draw(st.integers(1, 8), label="FACTOR"),
+                    NUM_TRY=draw(st.integers(1, 6), label="NUM_TRY"),
+                    QUIT_AFTER=draw(st.integers(1, 2000), label="QUIT_AFTER"))
         if policy.name == "dfccl":   # the head's first budget: the model's own (BASE) or longer
-            over["HEAD_BASE"] = draw(st.sampled_from([0, 0, 100, 500]))
+            over["HEAD_BASE"] = draw(st.sampled_from([0, 0, 100, 500]), label="HEAD_BASE")
     else:
         over = {}
         for pname, value in policy.values(model=True).items():
             if policy.parameters[pname].kind == TIME and 0 < value < NEVER:
                 over[pname] = draw(st.integers(0, value), label=pname)
     return policy.with_params(**over)
+
+
+def note_counterexample(schedule, policy, options) -> None:
+    """On failure, Hypothesis prints the example as one counterexample file's JSON (the
+    schedule, the policy as --policy takes it, the drawn parameters and run options): save
+    it and run ``python -m pydfccl replay FILE``."""
+    from hypothesis import note
+
+    from pydfccl.sched.counterexample import Counterexample
+
+    spec = selected()[0] if selected() else None
+    found = Counterexample.of(schedule, policy, options=options)
+    if spec is not None:
+        found = Counterexample(schedule, spec, found.params, found.options)
+    note("counterexample file (python -m pydfccl replay FILE): " + found.to_json())

@@ -106,6 +106,40 @@ def test_nccl_deadlocks_exactly_when_the_model_does(schedule):
         assert "wait-for cycle: rank" in out["report"], out["report"]
 
 
+VERDICT_POLICIES = chosen(["dfccl", "fixed"], preemptive=True)
+
+
+@st.composite
+def budgets(draw, name):
+    """The policy with its budget left, or set to 0 (one check, then preemption: the case
+    where the model once said livelock and the engine completed)."""
+    from pydfccl.sched.policies import get_policy
+
+    policy = get_policy(name)
+    budget = next((p for p in ("BASE", "THRESHOLD") if p in policy.parameters), None)
+    if budget is not None and draw(st.booleans(), label=f"{budget}=0"):
+        policy = policy.with_params(**{budget: 0})
+    return policy
+
+
+@pytest.mark.skipif(not VERDICT_POLICIES, reason="the policy named by --policy is not "
+                                                 "preemptive")
+@settings(engine_settings, max_examples=3 if EXAMPLES == 5 else 15)
+@given(data=st.data(), schedule=small_schedules(), name=st.sampled_from(VERDICT_POLICIES
+                                                                        or ["dfccl"]))
+def test_the_model_and_the_engine_give_the_same_verdict(data, schedule, name):
+    """Whatever the model says (completed, deadlock, livelock), the engine says the same,
+    for preemptive policies with their own budgets or none."""
+    policy = data.draw(budgets(name), label="policy")
+    note(schedule.to_json())
+    model = predict(schedule, policy)
+    note(f"model: {model.summary()}")
+    out = replay(schedule, policy, watchdog_timeout=NCCL_WATCHDOG * 5, timeout=LAUNCH_TIMEOUT)
+    note(f"engine: {out['outcome']}")
+    event(f"model: {model.outcome}")
+    assert out["outcome"] == model.outcome, (model.summary(), out.get("report"))
+
+
 def _demo(path, *extra):
     return subprocess.run([sys.executable, "-m", "pydfccl", "demo", "--schedule", str(path),
                            *extra], capture_output=True, text=True, timeout=LAUNCH_TIMEOUT)

@@ -17,10 +17,10 @@ Oracles (why they hold: docs/scheduling.md, "What the model guarantees"):
 import json
 
 import pytest
-from hypothesis import event, given, note
+from hypothesis import event, given
 from hypothesis import strategies as st
 
-from policy_choice import chosen, drawn_params, only
+from policy_choice import chosen, drawn_params, note_counterexample, only
 from pydfccl.sched import policies
 from pydfccl.sched.model import (COMPLETED, DEADLOCK, Collective, Event, Schedule, run_schedule,
                                  submit)
@@ -124,9 +124,9 @@ def assert_exact(res):
 @pytest.mark.skipif(not PREEMPTIVE, reason=NOT_PREEMPTIVE)
 @given(st.data(), st.sampled_from(PREEMPTIVE or ["dfccl"]), schedules())
 def test_preemptive_policies_complete_with_exact_sums(data, name, schedule):
-    note(schedule.to_json())
     policy = policy_params(data.draw, name)
-    opts = data.draw(run_options(schedule.nranks))
+    opts = data.draw(run_options(schedule.nranks), label="run options")
+    note_counterexample(schedule, policy, opts)
     res = run_schedule(schedule, policy, **opts)
     event("preempted" if res.preemptions else "no preemption")
     event("relaunched" if res.relaunches else "no relaunch")
@@ -138,9 +138,10 @@ def test_preemptive_policies_complete_with_exact_sums(data, name, schedule):
 @given(st.data(), st.sampled_from(PREEMPTIVE or ["dfccl"]),
        schedules(extras=("sync", "wait_all")))
 def test_preemptive_policies_deadlock_exactly_on_wait_all_cycles(data, name, schedule):
-    note(schedule.to_json())
     policy = policy_params(data.draw, name)
-    res = run_schedule(schedule, policy, **data.draw(run_options(schedule.nranks)))
+    opts = data.draw(run_options(schedule.nranks), label="run options")
+    note_counterexample(schedule, policy, opts)
+    res = run_schedule(schedule, policy, **opts)
     event(res.outcome)
     if wait_all_cycle(schedule):
         assert res.outcome == DEADLOCK, res.summary()
@@ -153,8 +154,8 @@ def test_preemptive_policies_deadlock_exactly_on_wait_all_cycles(data, name, sch
 @pytest.mark.skipif(not only("launch_per_call"), reason="another policy was named")
 @given(st.data(), schedules(extras=("sync", "wait_all")))
 def test_launch_per_call_completes_iff_all_ranks_agree(data, schedule):
-    note(schedule.to_json())
-    opts = data.draw(run_options(schedule.nranks))
+    opts = data.draw(run_options(schedule.nranks), label="run options")
+    note_counterexample(schedule, "launch_per_call", opts)
     res = run_schedule(schedule, "launch_per_call", **opts)
     event(res.outcome)
     orders = schedule.orders()
@@ -175,8 +176,8 @@ def sync_after_submit(program):
 @pytest.mark.skipif(not only("nccl"), reason="another policy was named")
 @given(st.data(), schedules(extras=("sync", "wait_all")))
 def test_nccl_needs_agreement_and_no_sync_while_its_daemon_runs(data, schedule):
-    note(schedule.to_json())
-    opts = data.draw(run_options(schedule.nranks))
+    opts = data.draw(run_options(schedule.nranks), label="run options")
+    note_counterexample(schedule, "nccl", opts)
     res = run_schedule(schedule, "nccl", **opts)
     event(res.outcome)
     orders = schedule.orders()
@@ -196,7 +197,7 @@ def test_nccl_needs_agreement_and_no_sync_while_its_daemon_runs(data, schedule):
 @given(st.data(), st.sampled_from(chosen(["dfccl", "patient_head", "fixed", "nccl"])),
        schedules(extras=("sync",)))
 def test_runs_are_deterministic(data, name, schedule):
-    opts = data.draw(run_options(schedule.nranks))
+    opts = data.draw(run_options(schedule.nranks), label="run options")
     params = policies.get_policy(name).param_array(model=True)
     assert run_schedule(schedule, name, params, **opts) == \
         run_schedule(schedule, name, params, **opts)

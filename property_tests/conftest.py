@@ -1,8 +1,13 @@
-"""Hypothesis profiles: "ci" (default, bounded) and "deep", chosen by HYPOTHESIS_PROFILE."""
+"""Hypothesis profiles: "ci" (default, bounded), "deep" and "smoke" (a few examples a test),
+chosen by HYPOTHESIS_PROFILE; ``--policy NAME`` (or PYDFCCL_POLICY) runs the tests of that
+policy alone (``policy_choice.py``)."""
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
+
+import policy_choice
 
 settings.register_profile(
     "ci", max_examples=200, deadline=None, print_blob=True,
@@ -10,4 +15,27 @@ settings.register_profile(
 settings.register_profile(
     "deep", max_examples=2000, deadline=None, print_blob=True,
     suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile(
+    "smoke", max_examples=10, deadline=None, print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def pytest_addoption(parser):
+    parser.addoption("--policy", default=None, metavar="NAME",
+                     help="run the property tests for this policy alone: a registered name, "
+                          "an installed plugin's, or package.module:name (default: "
+                          "PYDFCCL_POLICY, else every policy)")
+
+
+def pytest_configure(config):
+    spec = config.getoption("--policy") or os.environ.get("PYDFCCL_POLICY", "").strip()
+    try:
+        policy_choice.select(spec or None)
+    except ValueError as exc:
+        raise pytest.UsageError(f"--policy: {exc}") from None
+
+
+def pytest_report_header(config):
+    chosen = policy_choice.selected()
+    return f"policy: {chosen[0]} alone" if chosen else None

@@ -19,9 +19,11 @@ import os
 import subprocess
 import sys
 
+import pytest
 from hypothesis import HealthCheck, Phase, event, given, note, settings
 from hypothesis import strategies as st
 
+from policy_choice import chosen, only
 from pydfccl.cli.replay import EXIT_COMPLETED, EXIT_DEADLOCK, predict, replay
 from pydfccl.sched.model import COMPLETED, DEADLOCK, SYNC, WAIT_ALL, Collective, Schedule, submit
 
@@ -62,13 +64,18 @@ def small_schedules(draw, sync_anywhere=True):
     return Schedule(nranks, {c: Collective(counts[c], prios[c]) for c in common}, ranks)
 
 
+PREEMPTIVE = chosen(["dfccl"], preemptive=True)   # or the one --policy names
+
+
+@pytest.mark.skipif(not PREEMPTIVE, reason="the policy named by --policy is not preemptive")
 @engine_settings
 @given(schedule=small_schedules(), dtype=st.sampled_from(["float32", "int64"]))
 def test_dfccl_completes_with_the_models_sums(schedule, dtype):
     note(schedule.to_json())
-    model = predict(schedule, "dfccl", dtype)
+    policy = PREEMPTIVE[0]
+    model = predict(schedule, policy, dtype)
     assert model.outcome == COMPLETED, model.summary()   # no wait_all cycle by construction
-    out = replay(schedule, "dfccl", dtype=dtype, timeout=LAUNCH_TIMEOUT)
+    out = replay(schedule, policy, dtype=dtype, timeout=LAUNCH_TIMEOUT)
     assert out["outcome"] == "completed", out.get("report")
     for r, rank in enumerate(out["ranks"]):
         assert rank["verified"] == len(schedule.collectives)
@@ -78,6 +85,7 @@ def test_dfccl_completes_with_the_models_sums(schedule, dtype):
             assert rank["outputs"][c] == model.values[c][r] == model.expected[c], (r, c)
 
 
+@pytest.mark.skipif(not only("nccl"), reason="another policy was named")
 @engine_settings
 @given(schedule=small_schedules(sync_anywhere=False))
 def test_nccl_deadlocks_exactly_when_the_model_does(schedule):
@@ -98,11 +106,46 @@ def test_nccl_deadlocks_exactly_when_the_model_does(schedule):
         assert "wait-for cycle: rank" in out["report"], out["report"]
 
 
+VERDICT_POLICIES = chosen(["dfccl", "fixed"], preemptive=True)
+
+
+@st.composite
+def budgets(draw, name):
+    """The policy with its budget left, or set to 0 (one check, then preemption: the case
+    where the model once said livelock and the engine completed)."""
+    from pydfccl.sched.policies import get_policy
+
+    policy = get_policy(name)
+    budget = next((p for p in ("BASE", "THRESHOLD") if p in policy.parameters), None)
+    if budget is not None and draw(st.booleans(), label=f"{budget}=0"):
+        policy = policy.with_params(**{budget: 0})
+    return policy
+
+
+@pytest.mark.skipif(not VERDICT_POLICIES, reason="the policy named by --policy is not "
+                                                 "preemptive")
+@settings(engine_settings, max_examples=3 if EXAMPLES == 5 else 15)
+@given(data=st.data(), schedule=small_schedules(), name=st.sampled_from(VERDICT_POLICIES
+                                                                        or ["dfccl"]))
+def test_the_model_and_the_engine_give_the_same_verdict(data, schedule, name):
+    """Whatever the model says (completed, deadlock, livelock), the engine says the same,
+    for preemptive policies with their own budgets or none."""
+    policy = data.draw(budgets(name), label="policy")
+    note(schedule.to_json())
+    model = predict(schedule, policy)
+    note(f"model: {model.summary()}")
+    out = replay(schedule, policy, watchdog_timeout=NCCL_WATCHDOG * 5, timeout=LAUNCH_TIMEOUT)
+    note(f"engine: {out['outcome']}")
+    event(f"model: {model.outcome}")
+    assert out["outcome"] == model.outcome, (model.summary(), out.get("report"))
+
+
 def _demo(path, *extra):
     return subprocess.run([sys.executable, "-m", "pydfccl", "demo", "--schedule", str(path),
                            *extra], capture_output=True, text=True, timeout=LAUNCH_TIMEOUT)
 
 
+@pytest.mark.skipif(not only("dfccl"), reason="another policy was named")
 def test_schedule_file_replays_from_the_command_line(tmp_path):
     opposite = Schedule.from_orders([[0, 1], [1, 0]], counts={0: 3, 1: 17})
     path = tmp_path / "opposite.json"

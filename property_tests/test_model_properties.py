@@ -16,14 +16,18 @@ Oracles (why they hold: docs/scheduling.md, "What the model guarantees"):
 
 import json
 
-from hypothesis import event, given, note
+import pytest
+from hypothesis import event, given
 from hypothesis import strategies as st
 
+from policy_choice import chosen, drawn_params, note_counterexample, only
 from pydfccl.sched import policies
 from pydfccl.sched.model import (COMPLETED, DEADLOCK, Collective, Event, Schedule, run_schedule,
                                  submit)
 
-PREEMPTIVE = ["dfccl", "patient_head", "fixed"]
+# Every policy of each kind, or only the one `pytest property_tests --policy NAME` names.
+PREEMPTIVE = chosen(["dfccl", "patient_head", "fixed"], preemptive=True)
+NOT_PREEMPTIVE = "the policy named by --policy is not preemptive"
 
 
 @st.composite
@@ -67,15 +71,7 @@ def run_options(draw, nranks):
 
 def policy_params(draw, name):
     """Sane ranges: budgets of a few to a few hundred spins, quits after 1-2000 idle spins."""
-    if name == "fixed":
-        over = dict(THRESHOLD=draw(st.integers(1, 200)))
-    else:
-        over = dict(BASE=draw(st.integers(1, 60)), FACTOR=draw(st.integers(1, 8)),
-                    NUM_TRY=draw(st.integers(1, 6)))
-        if name == "dfccl":       # the head's first budget: the model's own (BASE) or longer
-            over["HEAD_BASE"] = draw(st.sampled_from([0, 0, 100, 500]))
-    over["QUIT_AFTER"] = draw(st.integers(1, 2000))
-    return policies.get_policy(name).with_params(**over)
+    return drawn_params(draw, name)
 
 
 def wait_all_cycle(schedule):
@@ -125,11 +121,12 @@ def assert_exact(res):
     assert res.exact, res.values
 
 
-@given(st.data(), st.sampled_from(PREEMPTIVE), schedules())
+@pytest.mark.skipif(not PREEMPTIVE, reason=NOT_PREEMPTIVE)
+@given(st.data(), st.sampled_from(PREEMPTIVE or ["dfccl"]), schedules())
 def test_preemptive_policies_complete_with_exact_sums(data, name, schedule):
-    note(schedule.to_json())
     policy = policy_params(data.draw, name)
-    opts = data.draw(run_options(schedule.nranks))
+    opts = data.draw(run_options(schedule.nranks), label="run options")
+    note_counterexample(schedule, policy, opts)
     res = run_schedule(schedule, policy, **opts)
     event("preempted" if res.preemptions else "no preemption")
     event("relaunched" if res.relaunches else "no relaunch")
@@ -137,11 +134,14 @@ def test_preemptive_policies_complete_with_exact_sums(data, name, schedule):
     assert_exact(res)
 
 
-@given(st.data(), st.sampled_from(PREEMPTIVE), schedules(extras=("sync", "wait_all")))
+@pytest.mark.skipif(not PREEMPTIVE, reason=NOT_PREEMPTIVE)
+@given(st.data(), st.sampled_from(PREEMPTIVE or ["dfccl"]),
+       schedules(extras=("sync", "wait_all")))
 def test_preemptive_policies_deadlock_exactly_on_wait_all_cycles(data, name, schedule):
-    note(schedule.to_json())
     policy = policy_params(data.draw, name)
-    res = run_schedule(schedule, policy, **data.draw(run_options(schedule.nranks)))
+    opts = data.draw(run_options(schedule.nranks), label="run options")
+    note_counterexample(schedule, policy, opts)
+    res = run_schedule(schedule, policy, **opts)
     event(res.outcome)
     if wait_all_cycle(schedule):
         assert res.outcome == DEADLOCK, res.summary()
@@ -151,10 +151,11 @@ def test_preemptive_policies_deadlock_exactly_on_wait_all_cycles(data, name, sch
         assert_exact(res)
 
 
+@pytest.mark.skipif(not only("launch_per_call"), reason="another policy was named")
 @given(st.data(), schedules(extras=("sync", "wait_all")))
 def test_launch_per_call_completes_iff_all_ranks_agree(data, schedule):
-    note(schedule.to_json())
-    opts = data.draw(run_options(schedule.nranks))
+    opts = data.draw(run_options(schedule.nranks), label="run options")
+    note_counterexample(schedule, "launch_per_call", opts)
     res = run_schedule(schedule, "launch_per_call", **opts)
     event(res.outcome)
     orders = schedule.orders()
@@ -172,10 +173,11 @@ def sync_after_submit(program):
         (i for i, ev in enumerate(program) if ev.op == "submit"), len(program)):])
 
 
+@pytest.mark.skipif(not only("nccl"), reason="another policy was named")
 @given(st.data(), schedules(extras=("sync", "wait_all")))
 def test_nccl_needs_agreement_and_no_sync_while_its_daemon_runs(data, schedule):
-    note(schedule.to_json())
-    opts = data.draw(run_options(schedule.nranks))
+    opts = data.draw(run_options(schedule.nranks), label="run options")
+    note_counterexample(schedule, "nccl", opts)
     res = run_schedule(schedule, "nccl", **opts)
     event(res.outcome)
     orders = schedule.orders()
@@ -192,9 +194,10 @@ def test_nccl_needs_agreement_and_no_sync_while_its_daemon_runs(data, schedule):
             assert "sync" in res.blocked.values()
 
 
-@given(st.data(), st.sampled_from(PREEMPTIVE + ["nccl"]), schedules(extras=("sync",)))
+@given(st.data(), st.sampled_from(chosen(["dfccl", "patient_head", "fixed", "nccl"])),
+       schedules(extras=("sync",)))
 def test_runs_are_deterministic(data, name, schedule):
-    opts = data.draw(run_options(schedule.nranks))
+    opts = data.draw(run_options(schedule.nranks), label="run options")
     params = policies.get_policy(name).param_array(model=True)
     assert run_schedule(schedule, name, params, **opts) == \
         run_schedule(schedule, name, params, **opts)

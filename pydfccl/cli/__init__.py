@@ -26,6 +26,10 @@ SUBCOMMANDS = {
                                    "narrated, with pictures"),
     "risk": ("pydfccl.sched.risk", "the paper's deadlock-risk study (no GPU needed)"),
     "soak": ("pydfccl.cli.soak", "many random schedules end to end, every output verified"),
+    "check-policy": ("pydfccl.cli.check_policy", "type-check a policy for the device, then "
+                                                 "try it on random schedules in the model"),
+    "replay": ("pydfccl.cli.replay_cmd", "a counterexample file in the model and on the "
+                                         "engine, both verdicts side by side"),
     "doctor": ("pydfccl.cli.doctor", "what this machine offers pydfccl (versions, GPUs, MPS, "
                                      "launchers, kernel cache)"),
     "build-kernels": ("pydfccl.cli.build_kernels", "compile the daemons ahead, without a GPU, "

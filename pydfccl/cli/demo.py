@@ -282,10 +282,7 @@ def _options(args: argparse.Namespace, policy: Policy) -> DemoOptions:
 
 def _replay_schedule(args: argparse.Namespace) -> int:
     """``demo --schedule FILE``: the engine's run of a model schedule beside the model's."""
-    if args.param:
-        raise UsageError("--param does not apply to a --schedule replay (its model and "
-                         "daemon run the policy's defaults)")
-    policy, _ = chosen_policy(args)
+    policy, _ = chosen_policy(args)       # --param's overrides reach model and daemon
     try:
         schedule = schedule_replay.load_schedule(args.schedule)
         schedule_replay.check_replayable(schedule, args.dtype)

@@ -1,4 +1,5 @@
-"""What several subcommands parse alike: ``--policy NAME`` with ``--param NAME=VALUE`` (so
+"""What several subcommands parse alike: ``--policy NAME`` (a registered name, an
+installed plugin's, or ``package.module:name``: :mod:`pydfccl.sched.plugins`) with ``--param NAME=VALUE`` (so
 that a policy experiment reads the same in ``bench``, ``bench latency``, ``demo`` and
 ``soak``), and the checks of a backend and of world sizes before anything is launched."""
 
@@ -11,6 +12,7 @@ from .. import platform
 from ..bootstrap.launch import default_backend
 from ..host.world import WorldConfig
 from ..sched.choice import parse_params
+from ..sched.plugins import spec_of
 from ..sched.policies import Policy, get_policy, policy_names
 from .exits import UsageError
 
@@ -20,7 +22,10 @@ __all__ = ["add_policy_options", "parse_params", "chosen_policy", "policy_name",
 
 
 def add_policy_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--policy", default="dfccl", choices=policy_names())
+    p.add_argument("--policy", default="dfccl", metavar="POLICY",
+                   help=f"the daemon's scheduling policy: one of {', '.join(policy_names())}, "
+                        "an installed plugin's name, or package.module:name for a policy in a "
+                        "module of your own (its folder on PYTHONPATH)")
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="override a parameter of the daemon's policy (repeatable; GPU times "
                         "in ns), e.g. --param HEAD_BASE=20000; baselines keep theirs")
@@ -31,14 +36,20 @@ def chosen_policy(args: argparse.Namespace) -> tuple[Policy, dict]:
     passed as an object down to ``launch``, and the overrides ({name: int}). A malformed
     item or a parameter the policy lacks is a UsageError."""
     try:
+        policy = get_policy(args.policy)
+    except ValueError as exc:
+        raise UsageError(f"--policy {exc}") from None
+    try:
         params = parse_params(args.param)
-        return get_policy(args.policy).with_params(**params), params
+        return policy.with_params(**params), params
     except ValueError as exc:
         raise UsageError(f"--param {exc}") from None
 
 
 def policy_name(policy: Policy | str) -> str:
-    return policy if isinstance(policy, str) else policy.name
+    """What ``--policy`` takes to get ``policy`` again: its registered name, or
+    ``module:name`` for a policy from a module of one's own."""
+    return policy if isinstance(policy, str) else spec_of(policy)
 
 
 def policy_label(policy: Policy | str, overrides: dict) -> str:
@@ -51,7 +62,7 @@ def policy_record(policy: Policy | str) -> dict:
     functions are code, named by the policy's name)."""
     if isinstance(policy, str):
         return dict(name=policy)
-    return dict(name=policy.name, params=dict(policy.params),
+    return dict(name=policy_name(policy), params=dict(policy.params),
                 sim_params=dict(policy.sim_params))
 
 

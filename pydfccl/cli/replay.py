@@ -15,6 +15,7 @@ and int64, and the model can be run with the very same values (:func:`model_valu
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from typing import Optional, Union
@@ -28,14 +29,15 @@ from ..kernels.plans import one_shot_limit
 from ..bootstrap.launch import default_backend, launch
 from ..protocol.reference import reference
 from ..sched.model import Schedule, run_schedule
+from ..sched.plugins import spec_of
 from ..host.world import WorldConfig
 
 __all__ = ["replay", "replay_worker", "load_schedule", "input_values", "expected_values",
            "model_values", "predict", "completion_order", "check_replayable",
            "ReplayComparison", "replay_against_model", "format_comparison", "exit_status",
-           "EXIT_COMPLETED", "EXIT_DEADLOCK"]
+           "engine_summary", "agree", "EXIT_COMPLETED", "EXIT_DEADLOCK", "EXIT_DISAGREE"]
 
-EXIT_COMPLETED, EXIT_DEADLOCK = 0, 3
+EXIT_COMPLETED, EXIT_DEADLOCK, EXIT_DISAGREE = 0, 3, 4
 DTYPES = ("float32", "int64")
 
 
@@ -60,13 +62,14 @@ def load_schedule(source: Union[str, dict, Schedule]) -> Schedule:
     if isinstance(source, Schedule):
         return source
     if isinstance(source, dict):
-        return Schedule.from_dict(source)
+        return Schedule.from_dict(source.get("schedule", source))
     text = source.strip()
     if not text.startswith("{"):
         with open(source) as f:          # OSError: no such file, or not readable
             text = f.read()
     try:
-        return Schedule.from_json(text)
+        data = json.loads(text)          # a schedule, or a counterexample file's
+        return Schedule.from_dict(data.get("schedule", data))
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"not a schedule ({type(exc).__name__}: {exc})") from None
 
@@ -164,17 +167,20 @@ def replay(schedule, policy="dfccl", backend: Optional[str] = None,
 
 
 def predict(schedule, policy="dfccl", dtype: str = "float32", backend: Optional[str] = None,
-            **config):
+            options: Optional[dict] = None, **config):
     """What the model says for the same schedule, policy, slots and inputs as
-    ``replay(schedule, policy, backend, dtype=dtype, **config)`` runs."""
+    ``replay(schedule, policy, backend, dtype=dtype, **config)`` runs; ``options`` adds
+    ``run_schedule``'s tick options (seed, start_ticks, relaunch_ticks, max_quiet_ticks)."""
     schedule = load_schedule(schedule)
     simulator = (backend or default_backend()) == "processes"
     cfg = WorldConfig(schedule.nranks, simulator=simulator, **config)
     itemsize = np.dtype(dtype).itemsize
     slot_elems = max(1, cfg.slot_bytes // itemsize)
     one_shot_elems = one_shot_limit(schedule.nranks, cfg.slot_bytes) // itemsize
+    ticks = {k: v for k, v in (options or {}).items()
+             if k in ("seed", "start_ticks", "relaunch_ticks", "max_quiet_ticks")}
     return run_schedule(schedule, policy, nslots=cfg.nslots, slot_elems=slot_elems,
-                        one_shot_elems=one_shot_elems, values=model_values(schedule))
+                        one_shot_elems=one_shot_elems, values=model_values(schedule), **ticks)
 
 
 @dataclass(frozen=True)
@@ -199,37 +205,57 @@ def check_replayable(schedule: Schedule, dtype: str) -> None:
 
 def replay_against_model(schedule, policy="dfccl", dtype: str = "float32",
                          backend: Optional[str] = None,
-                         watchdog_timeout: Optional[float] = None) -> ReplayComparison:
-    """The model's prediction for ``schedule``, then the engine's run of it (see
-    :func:`predict` and :func:`replay`; a failure other than a deadlock raises)."""
+                         watchdog_timeout: Optional[float] = None,
+                         options: Optional[dict] = None) -> ReplayComparison:
+    """The model's prediction for ``schedule`` (with ``options``' tick options), then the
+    engine's run of it (see :func:`predict` and :func:`replay`; a failure other than a
+    deadlock raises)."""
     schedule = load_schedule(schedule)
-    model = predict(schedule, policy, dtype, backend)
+    model = predict(schedule, policy, dtype, backend, options)
     started = time.perf_counter()
     outcome = replay(schedule, policy=policy, backend=backend,
                      watchdog_timeout=watchdog_timeout, dtype=dtype)
     return ReplayComparison(schedule, outcome, model, time.perf_counter() - started)
 
 
-def format_comparison(name: str, compared: ReplayComparison, policy, dtype: str) -> str:
-    """One line for the engine's outcome, one for the model's."""
-    schedule, out = compared.schedule, compared.outcome
-    where = "GPU" if platform.gpu_available() else "CUDA simulator"
-    policy = policy if isinstance(policy, str) else policy.name
-    head = (f"schedule {name} ({schedule.nranks} ranks, {len(schedule.collectives)} "
-            f"all-reduces of {dtype}, policy {policy}) on the {where}:")
+def engine_summary(compared: ReplayComparison) -> str:
+    """The engine's verdict in a line: completed with its counts, or the deadlock report's
+    first line and wait-for cycle."""
+    out = compared.outcome
     if out["outcome"] == "completed":
         preempt = sum(s["preemptions"] for s in out["stats"])
         relaunch = sum(s["relaunches"] for s in out["stats"])
-        engine = (f"{head} completed in {compared.seconds:.1f} s, {out['verified']} results "
-                  f"verified, {preempt} preemptions, {relaunch} relaunches; completion order "
-                  f"{out['completion_order']}")
-    else:
-        lines = out["report"].splitlines() or ["deadlock"]
-        cycle = [line for line in lines if line.startswith("wait-for cycle")]
-        engine = (f"{head} DEADLOCK after {compared.seconds:.1f} s: "
-                  f"{'; '.join(lines[:1] + cycle)}")
-    return f"{engine}\nmodel ({policy}): {compared.model.summary()}"
+        return (f"completed in {compared.seconds:.1f} s, {out['verified']} results "
+                f"verified, {preempt} preemptions, {relaunch} relaunches; completion order "
+                f"{out['completion_order']}")
+    lines = out["report"].splitlines() or ["deadlock"]
+    cycle = [line for line in lines if line.startswith("wait-for cycle")]
+    return f"DEADLOCK after {compared.seconds:.1f} s: {'; '.join(lines[:1] + cycle)}"
+
+
+def agree(compared: ReplayComparison) -> bool:
+    """Whether the model's verdict is the engine's (completed, or deadlock)."""
+    return compared.model.outcome == compared.outcome["outcome"]
+
+
+def format_comparison(name: str, compared: ReplayComparison, policy, dtype: str) -> str:
+    """One line for the engine's outcome, one for the model's, and a third when they
+    disagree."""
+    schedule = compared.schedule
+    where = "GPU" if platform.gpu_available() else "CUDA simulator"
+    policy = policy if isinstance(policy, str) else spec_of(policy)
+    head = (f"schedule {name} ({schedule.nranks} ranks, {len(schedule.collectives)} "
+            f"all-reduces of {dtype}, policy {policy}) on the {where}:")
+    text = f"{head} {engine_summary(compared)}\nmodel ({policy}): {compared.model.summary()}"
+    if not agree(compared):
+        text += (f"\nthe model and the engine DISAGREE: model {compared.model.outcome}, "
+                 f"engine {compared.outcome['outcome']}")
+    return text
 
 
 def exit_status(compared: ReplayComparison) -> int:
+    """0 when both completed, EXIT_DEADLOCK when both deadlocked, EXIT_DISAGREE when the
+    model and the engine disagree."""
+    if not agree(compared):
+        return EXIT_DISAGREE
     return EXIT_COMPLETED if compared.outcome["outcome"] == "completed" else EXIT_DEADLOCK

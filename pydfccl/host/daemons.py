@@ -23,10 +23,16 @@ def daemon_for(policy, nthreads: int):
     that took."""
     from ..kernels.compiler import register_cap
     from ..kernels.daemon import compile_now, make_daemon
+    from ..kernels.memory import SIMULATOR
+    from ..kernels.policy_types import check_policy_types
 
     key = (policy.name, policy.functions, register_cap(nthreads))
     with _daemons_lock:
         if key not in _daemons:
+            if SIMULATOR:
+                # the simulator runs the functions as Python: refuse, as the GPU's
+                # compiler would, what the device cannot compile (PolicyTypeError)
+                check_policy_types(policy)
             started = time.perf_counter()
             kernel = make_daemon(policy, nthreads)
             compile_now(kernel)

@@ -248,16 +248,30 @@ def register(policy: Policy) -> Policy:
 
 
 def get_policy(policy) -> Policy:
+    """``policy`` itself, the registered policy of that name, or one found outside the
+    package: ``package.module:name`` or an installed plugin (:mod:`.plugins`)."""
     if isinstance(policy, Policy):
         return policy
-    try:
-        return _REGISTRY[policy]
-    except KeyError:
-        raise ValueError(f"unknown policy {policy!r}; known: {policy_names()}") from None
+    if not isinstance(policy, str):
+        raise ValueError(f"a policy is a name or a Policy, not {policy!r}")
+    found = _REGISTRY.get(policy)
+    if found is None:
+        from .plugins import find
+
+        found = find(policy)
+        if found is None:
+            raise ValueError(f"unknown policy {policy!r}; known: {policy_names()}, or "
+                             "package.module:name for a policy in a module of your own")
+        _REGISTRY[policy] = found
+    return found
 
 
 def policy_names():
-    return sorted(_REGISTRY)
+    """The registered names and those installed plugins offer (``module:name`` keys of
+    policies found in modules are left out)."""
+    from .plugins import installed_names
+
+    return sorted({n for n in _REGISTRY if ":" not in n} | set(installed_names()))
 
 
 # The idle time after which a daemon quits has values of its own on the simulator (50 ms)

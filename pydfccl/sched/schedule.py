@@ -183,4 +183,12 @@ class Result:
         if self.cycle:
             text += "; cycle " + ", ".join(f"rank {r} in {c} waits on rank {w}"
                                            for r, c, w in self.cycle)
+        elif self.outcome != COMPLETED:         # who is stuck, and on whom
+            if self.blocked:
+                text += "; hosts blocked: " + ", ".join(
+                    f"rank {r} in {op}" for r, op in sorted(self.blocked.items()))
+            waiting = [f"rank {r} in {c} on rank {w}" for r, pairs in sorted(self.waits.items())
+                       for c, w in pairs]
+            if waiting:
+                text += "; collectives waiting: " + ", ".join(waiting)
         return text

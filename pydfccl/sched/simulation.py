@@ -203,7 +203,9 @@ class Simulation:
             spins = yield _SPIN                               # _turn spins, once a tick
             if spins == _PREEMPTED:
                 cur = None
-                rk.idle += threshold
+                # the kernel's clock ran for every check the budget allowed, and a budget
+                # of 0 still checks once: time passes, so a stuck daemon comes to quit
+                rk.idle += max(threshold, 1)
                 tries_left -= 1
                 if tries_left <= 0:
                     pos += 1

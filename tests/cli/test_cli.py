@@ -296,8 +296,9 @@ def test_param_reaches_the_daemons_of_bench_latency_and_the_demo(monkeypatch, ca
     assert "policy dfccl BASE=7 HEAD_BASE=9, sync none" in capsys.readouterr().out
     assert cli.main(["demo", "--param", "BASE"]) == 2
     assert "expected NAME=INTEGER" in capsys.readouterr().err
-    assert cli.main(["demo", "--schedule", "x.json", "--param", "BASE=1"]) == 2
-    assert "--param does not apply to a --schedule replay" in capsys.readouterr().err
+    # a replay takes --param too, checked before the file is read
+    assert cli.main(["demo", "--schedule", "x.json", "--param", "NOPE=1"]) == 2
+    assert "--param policy 'dfccl' has no parameter(s) ['NOPE']" in capsys.readouterr().err
 
 
 def test_bench_param_reaches_the_ranks_daemons(tmp_path, capsys):
@@ -456,8 +457,8 @@ def test_demo_passes_the_policy_the_parser_built_down_to_launch(monkeypatch, cap
     (["--kinds", "all_reduce,teleport"], "--kinds: unknown collective kind(s) ['teleport']"),
     (["--nblocks", "0"], "--nblocks must be in 1..32"),
     (["--param", "BASE"], "--param 'BASE': expected NAME=INTEGER"),
-    (["--schedule", "x.json", "--param", "BASE=1"], "--param does not apply to a --schedule "
-                                                    "replay"),
+    (["--schedule", "x.json", "--param", "NOPE=1"], "--param policy 'dfccl' has no "
+                                                    "parameter(s) ['NOPE']"),
     (["--schedule", "no/such/schedule.json"], "--schedule no/such/schedule.json: [Errno 2] "
                                               "No such file or directory"),
 ])

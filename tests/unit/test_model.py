@@ -345,6 +345,35 @@ def test_hypothesis_finds_programs_that_only_stream_waits_deadlock():
         return host.outcome == COMPLETED and stream.outcome != COMPLETED
 
     found = hypothesis.find(programs(), host_only_completes,
-                            settings=hypothesis.settings(max_examples=500, database=None))
+                            settings=hypothesis.settings(max_examples=500, database=None,
+                                                         deadline=None))
     ranks, late = found
     assert any(e.op == "wait" for p in ranks for e in p), found
+
+
+@pytest.mark.parametrize("policy, zero", [("fixed", dict(THRESHOLD=0)), ("dfccl", dict(BASE=0)),
+                                          ("patient_head", dict(BASE=0))])
+@pytest.mark.parametrize("orders", [
+    [[0, "sync", 1], [1, "sync", 0]],
+    [[0, "sync", 1, 2], [2, 1, "sync", 0], [1, 2, 0]],
+    [[0, 1], [1, 0]],
+])
+def test_zero_budgets_complete_as_the_engine_does(policy, zero, orders):
+    """A budget of 0 still checks once, and the kernel's clock runs meanwhile: a stuck
+    daemon's idle time grows until it quits, so the device syncs return (the engine quits
+    and completes these; the model used to call them livelocks)."""
+    sched = Schedule.from_orders(orders, counts=4)
+    res = run_schedule(sched, policies.get_policy(policy).with_params(**zero))
+    assert res.outcome == COMPLETED, res.summary()
+    assert res.exact
+    if any("sync" in order for order in orders):
+        assert res.quits >= 2
+
+
+def test_a_livelock_says_who_is_blocked_on_whom():
+    never_quit = policies.get_policy("dfccl").with_params(QUIT_AFTER=1 << 60, BASE=10)
+    res = run_schedule(SYNC_CYCLE, never_quit, max_quiet_ticks=20_000)
+    assert res.outcome == LIVELOCK
+    assert res.summary().endswith("; hosts blocked: rank 0 in sync, rank 1 in sync; "
+                                  "collectives waiting: rank 0 in 0 on rank 1, "
+                                  "rank 1 in 1 on rank 0")

@@ -1,0 +1,111 @@
+"""A policy's five functions type-checked as the daemon compiles them, in a second.
+
+The daemon (``make_daemon`` in :mod:`.daemon`) compiles each function as a CUDA device
+function and calls it with int64 values and the parameters as an int64 array in shared
+memory; the GPU has no Python objects and no allocator (Numba's runtime, NRT, is off).
+:func:`check_policy_types` compiles each function with Numba on the CPU with the very same
+argument types and NRT off, so what cannot compile for the device (a Python dict or list,
+a global that is not a number, a float budget) is refused here, with the line, in about a
+second, where compiling the whole daemon to PTX takes minutes. The simulator runs the
+functions as plain Python, so a communicator on the simulator calls this check first
+(:func:`pydfccl.host.daemons.daemon_for`): a policy that cannot compile fails there at
+once, as it would on a GPU.
+"""
+
+from __future__ import annotations
+
+import linecache
+import re
+from functools import lru_cache
+
+__all__ = ["PolicyTypeError", "DEVICE_SIGNATURES", "check_policy_types", "check_function"]
+
+# The argument types of each call in daemon.py: ``params`` is the block's shared int64
+# array (C-contiguous); is_head, try_count (st[S_TRIES]), threshold (st[S_THRESH]), waited
+# (spin_wait's int64), priority (tasks[T_PRIO]), seq, coll and idle (now_ns() - ...) are
+# int64 words.
+_ARGS = {
+    "threshold_on_load": ("params", "is_head", "try_count"),
+    "threshold_after_wait": ("params", "threshold", "waited"),
+    "tries_per_pass": ("params", "is_head"),
+    "order_key": ("params", "priority", "seq", "coll"),
+    "should_quit": ("params", "idle"),
+}
+DEVICE_SIGNATURES = {name: len(args) for name, args in _ARGS.items()}
+
+
+class PolicyTypeError(ValueError):
+    """A policy function the device cannot compile; the message names the function, its
+    file and line, and why."""
+
+
+def _signature(nargs: int):
+    from numba import types
+
+    return (types.Array(types.int64, 1, "C"),) + (types.int64,) * (nargs - 1)
+
+
+_LOCATIONS = (re.compile(r'File "([^"]+)", line (\d+)'), re.compile(r" at (\S+) \((\d+)\)"))
+
+
+def _where(fn, message: str):
+    """(file, line) of the function's own line the error points at, else its first."""
+    code = fn.__code__
+    base = code.co_filename.replace("\\", "/").rsplit("/", 1)[-1]
+    last = None
+    for pattern in _LOCATIONS:
+        for path, line in pattern.findall(message):
+            if path.replace("\\", "/").rsplit("/", 1)[-1] == base and \
+                    int(line) >= code.co_firstlineno:
+                last = int(line)
+    return code.co_filename, last or code.co_firstlineno
+
+
+def _reason(message: str) -> str:
+    if "NRT required" in message or re.search(r"DictType|ListType|build_map|build_list|"
+                                              r"build_set|unicode_type", message):
+        return ("builds a Python object (dict, list, set or string), which the device "
+                "cannot allocate: use integer arithmetic and params[NAME]")
+    m = re.search(r"Untyped global name '(\w+)'.*?of <class '(\w+)'>", message, re.S)
+    if m:
+        return (f"reads the global {m.group(1)}, a {m.group(2)}; the device takes only "
+                "integer constants (declare a parameter instead)")
+    for line in message.splitlines():
+        line = line.strip()
+        if line and not line.startswith(("Failed in", "During:", "File ", "^")):
+            return line
+    return message.strip().splitlines()[0] if message.strip() else "does not compile"
+
+
+@lru_cache(maxsize=256)
+def check_function(fn, role: str) -> None:
+    """Compile ``fn`` (a policy's bound function in role ``role``) as the device would;
+    PolicyTypeError when it cannot be or returns something other than an integer."""
+    import numba
+    from numba import types
+    from numba.core.errors import NumbaError
+
+    name = getattr(fn, "__qualname__", repr(fn))
+    try:
+        compiled = numba.njit(_signature(DEVICE_SIGNATURES[role]), _nrt=False,
+                              no_cpython_wrapper=True)(fn)
+    except NumbaError as exc:
+        path, line = _where(fn, str(exc))
+        text = linecache.getline(path, line).strip()
+        raise PolicyTypeError(f"{role} ({name}, {path}:{line}) {_reason(str(exc))}"
+                              + (f": {text}" if text else "")) from None
+    returned = compiled.nopython_signatures[0].return_type
+    if not isinstance(returned, (types.Integer, types.Boolean)):
+        path, line = fn.__code__.co_filename, fn.__code__.co_firstlineno
+        raise PolicyTypeError(f"{role} ({name}, {path}:{line}) returns {returned}, not an "
+                              "integer (the daemon keeps budgets, keys and counts in int64)")
+
+
+def check_policy_types(policy) -> None:
+    """Every function of ``policy`` compiled with the daemon's argument types; the first
+    that cannot be raises :class:`PolicyTypeError` naming the policy."""
+    for role, fn in zip(_ARGS, policy.functions):
+        try:
+            check_function(fn, role)
+        except PolicyTypeError as exc:
+            raise PolicyTypeError(f"policy {policy.name!r}: {exc}") from None

@@ -84,6 +84,7 @@ def test_a_killed_rank_is_named_at_once_from_its_process(tmp_path):
                          "closing its communicator", out), out
         seconds = float(out.split(" after ")[1].split(" s:")[0])
         assert seconds < 30, out
+        print(f"\nrank {rank}: the error {seconds:.1f} s after it submitted")
     # rank 0 made the world's segments (named after its pid) and unlinked them
     assert not [n for n in os.listdir("/dev/shm") if n.startswith(f"pydfccl_{procs[0].pid}_")]
 

@@ -3,6 +3,7 @@ with the outcome a user must see and a bound on the time it takes: the rank at f
 the others ended, nothing left running or in /dev/shm, never a hang."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -213,6 +214,33 @@ def test_nothing_can_take_a_failed_runs_buffer_for_its_result():
         assert "rank 1 closed its communicator" in seen["first"], seen
         assert seen["recv_all_nan"], seen        # not its own input, not a partial sum
         assert seen["run"] == seen["barrier"] == seen["first"], seen
+
+
+def test_torch_cpu_tensors_of_a_failed_all_reduce_are_not_a_result():
+    """Through torch.distributed as a user calls it: a rank's process ends while its peers
+    are in an async all-reduce; wait() raises naming it, the tensor holds NaN, and the
+    group's next collective raises the first error."""
+    import json
+    from pathlib import Path
+
+    pytest.importorskip("torch")
+    from pydfccl.torch.spawn import spawn_ranks
+
+    root = Path(__file__).resolve().parents[2]
+    env = {"PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    results = spawn_ranks([str(Path(__file__).with_name("torch_failure_rank.py"))], 3,
+                          timeout=400, env=env, capture=True)
+    for rank in (0, 2):
+        lines = [l for l in results[rank].stdout.splitlines() if l.startswith("RESULT ")]
+        assert lines, results[rank].stderr[-3000:]
+        seen = json.loads(lines[-1][len("RESULT "):])
+        assert re.search(r"AbortedError: rank failure: rank 1: its process \(pid \d+\) ended "
+                         "without closing its communicator", seen["first"]), seen
+        # failed in wait() (a late machine may fail the submission itself, before any
+        # data moved): the tensor is no result
+        assert seen["all_nan"] or seen["at"] == "submit", seen
+        assert "an earlier collective of this group failed (rank failure: rank 1" in \
+            seen["later"], seen
 
 
 def test_the_job_runs_as_before_without_faults():

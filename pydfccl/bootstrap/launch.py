@@ -134,7 +134,7 @@ def _launch_threads(worker, nranks, options, timeout, args, config):
     finally:
         sys.setswitchinterval(switch)
     if any(t.is_alive() for t in threads):
-        world.abort_all()
+        world.abort_with(f"launch timeout ({timeout} s) reached")   # what the ranks raise
         raise TimeoutError(f"launch: ranks {[r for r, t in enumerate(threads) if t.is_alive()]} "
                            f"still running after {timeout} s (aborted)")
     if failures:

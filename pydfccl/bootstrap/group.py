@@ -43,7 +43,8 @@ class _Registrations:
 
 
 def init_all(nranks: int, *, policy="dfccl", watchdog_timeout: float | None = None,
-             persistent: bool = True, **config) -> list[Communicator]:
+             persistent: bool = True, timeout: float | None = None,
+             **config) -> list[Communicator]:
     """Communicators for all ``nranks`` ranks of a new world on this GPU, for one thread to
     drive. ``config`` overrides WorldConfig sizes, as in ``launch``."""
     if not platform.gpu_available():
@@ -52,7 +53,8 @@ def init_all(nranks: int, *, policy="dfccl", watchdog_timeout: float | None = No
     world = World(WorldConfig(nranks, **config))
     registrations = _Registrations()
     return [Communicator(world, rank, policy=policy, exchange=registrations,
-                         watchdog_timeout=watchdog_timeout, persistent=persistent)
+                         watchdog_timeout=watchdog_timeout, persistent=persistent,
+                         timeout=timeout)
             for rank in range(nranks)]
 
 

@@ -50,11 +50,15 @@ def launch(worker, nranks: int, *, policy="dfccl", backend: str | None = None,
     """Run ``worker(comm, *args)`` on ``nranks`` ranks; return the results in rank order.
 
     ``config`` overrides :class:`WorldConfig` sizes (nblocks, nthreads, nslots, slot_bytes,
-    max_colls). ``timeout`` bounds the whole job (seconds); ``watchdog_timeout`` is the
-    stall time after which outstanding collectives fail with a deadlock report.
+    max_colls). ``timeout`` bounds the whole job (seconds), and a stall that may still end
+    (a late rank) fails only then (600 s when None, as torch's default). ``watchdog_timeout``
+    is the stall time after which the ranks report who waits on whom, and fail at once with
+    a deadlock report if the stall is proven one (a wait-for cycle under a policy that never
+    preempts, such as ``nccl``). A dead rank fails its peers at once.
     ``persistent=False`` launches a kernel per collective instead of a daemon (a baseline).
     """
-    options = dict(policy=policy, watchdog_timeout=watchdog_timeout, persistent=persistent)
+    options = dict(policy=policy, watchdog_timeout=watchdog_timeout, persistent=persistent,
+                   timeout=timeout)
     backend = backend or default_backend()
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; choose from {BACKENDS}")
@@ -130,7 +134,7 @@ def _launch_threads(worker, nranks, options, timeout, args, config):
     finally:
         sys.setswitchinterval(switch)
     if any(t.is_alive() for t in threads):
-        world.abort_all()
+        world.abort_with(f"launch timeout ({timeout} s) reached")   # what the ranks raise
         raise TimeoutError(f"launch: ranks {[r for r, t in enumerate(threads) if t.is_alive()]} "
                            f"still running after {timeout} s (aborted)")
     if failures:

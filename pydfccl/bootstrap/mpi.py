@@ -130,7 +130,8 @@ def choose_gpu(group, local: int | None = None) -> int:
 
 
 def communicator_from_group(group, *, policy="dfccl", watchdog_timeout=None,
-                            persistent: bool = True, daemons_per_rank: int = 1, **sizes):
+                            persistent: bool = True, daemons_per_rank: int = 1,
+                            timeout: float | None = None, **sizes):
     """This process's Communicator in a world of ``group.size`` ranks. Unless ``sizes``
     gives ``nblocks``, a GPU daemon takes its share of the GPU's resident blocks among the
     ranks on the busiest GPU of the job, each with ``daemons_per_rank`` communicators'
@@ -147,7 +148,8 @@ def communicator_from_group(group, *, policy="dfccl", watchdog_timeout=None,
     config = WorldConfig(group.size, **sizes)
     world = _shared_world(group, config)
     return Communicator(world, group.rank, policy=policy, exchange=group.allgather,
-                        watchdog_timeout=watchdog_timeout, persistent=persistent)
+                        watchdog_timeout=watchdog_timeout, persistent=persistent,
+                        timeout=timeout)
 
 
 def run_in_group(worker, group, *, args=(), policy="dfccl", watchdog_timeout=None, **sizes):

@@ -273,7 +273,7 @@ class _Supervisor:
         view = np.ndarray((cfg.ctl_bytes,), np.uint8, buffer=self.ctl_shm.buf)
         rows = view[: cfg.nranks * L.CTL_ROW.itemsize].view(L.CTL_ROW)
         report_area = view[cfg.nranks * L.CTL_ROW.itemsize:]
-        if not rows["abort"].any():
+        if not report_area[0]:          # the first report stays; a closed rank left none
             raw = report.encode()[: report_area.size - 1]
             report_area[: len(raw)] = np.frombuffer(raw, np.uint8)
             report_area[len(raw)] = 0

@@ -44,6 +44,7 @@ from .completion import CompletionQueue
 from .daemons import daemon_for, launch_args
 from .futures import CollectiveFuture
 from .hostspin import warm_up
+from . import liveness
 from .late_registration import LateRegistrations
 from .launcher import Launcher
 from .polled import PolledRank
@@ -63,7 +64,8 @@ class Communicator:
     """One rank's handle on a world. Made by :func:`pydfccl.launch`, not by users."""
 
     def __init__(self, world: World, rank: int, policy="dfccl", exchange=None,
-                 watchdog_timeout: float | None = None, persistent: bool = True):
+                 watchdog_timeout: float | None = None, persistent: bool = True,
+                 timeout: float | None = None):
         if not 0 <= rank < world.nranks:
             raise ValueError(f"rank {rank} out of range for {world.nranks} ranks")
         self.world = world
@@ -89,9 +91,13 @@ class Communicator:
         # a one-word view of the field every run reads (a field lookup on the row makes a
         # new view each time, about a microsecond)
         self._abort_word = ctl["abort"][rank: rank + 1]
+        stall_timeout = timeout      # the user's: a stall that may still end fails then
         timeout = (watchdog_timeout if watchdog_timeout is not None
                    else backend.watchdog_seconds)
-        self._watchdog = Watchdog(world, rank, timeout, self._catalog.describe)
+        self._watchdog = Watchdog(world, rank, timeout, self._catalog.describe,
+                                  abort_after=stall_timeout,
+                                  proves_deadlock=not self.policy.preemptive,
+                                  never_quits=not self.policy.quits)
         # A late registration that a peer has not matched by then is reported as such, before
         # the watchdog would call the stall a deadlock.
         self._late = LateRegistrations(world, rank, self._lock, self._catalog,
@@ -102,24 +108,26 @@ class Communicator:
 
     @classmethod
     def from_mpi(cls, mpi_comm, *, policy="dfccl", watchdog_timeout: float | None = None,
-                 persistent: bool = True, **sizes) -> "Communicator":
+                 persistent: bool = True, timeout: float | None = None,
+                 **sizes) -> "Communicator":
         """This process's rank of a world of ``mpi_comm.size`` ranks, one per MPI process
         (``mpiexec``); ``sizes`` as for ``launch``. See :mod:`pydfccl.bootstrap.mpi`."""
         from ..bootstrap.mpi import communicator_from_group
         return communicator_from_group(mpi_comm, policy=policy,
                                        watchdog_timeout=watchdog_timeout,
-                                       persistent=persistent, **sizes)
+                                       persistent=persistent, timeout=timeout, **sizes)
 
     @classmethod
     def from_env(cls, *, policy="dfccl", watchdog_timeout: float | None = None,
-                 persistent: bool = True, **sizes) -> "Communicator":
+                 persistent: bool = True, timeout: float | None = None,
+                 **sizes) -> "Communicator":
         """This process's rank when a torchrun-style launcher set RANK, WORLD_SIZE,
         MASTER_ADDR and MASTER_PORT (rank 0 serves a loopback store there)."""
         from ..bootstrap.mpi import communicator_from_group
         from ..bootstrap.store import env_group
         return communicator_from_group(env_group(), policy=policy,
                                        watchdog_timeout=watchdog_timeout,
-                                       persistent=persistent, **sizes)
+                                       persistent=persistent, timeout=timeout, **sizes)
 
     # -- registration ----------------------------------------------------------------------
 
@@ -180,6 +188,7 @@ class Communicator:
         self._polled = PolledRank(self.rank, self._row, self._state, self._cq,
                                   self._submissions, self._late, self._watchdog, launcher,
                                   self._tracer, self.persistent)
+        liveness.register(self._row)        # peers now see this process end at once
         poller.add(self._polled)
         self._polled.beat(time.monotonic_ns(), force=True)   # peers now watch the heartbeat
         if self.persistent:
@@ -191,6 +200,7 @@ class Communicator:
         """Return once every rank has called ``barrier()``: a meeting of the hosts through
         the bootstrap (no collective runs, and nothing on the GPU waits)."""
         self._state.require(Phase.STARTED, "barrier")
+        self._state.raise_if_failed()
         self._exchange(None)
 
     def empty(self, count: int, dtype="float32") -> Array:
@@ -268,6 +278,7 @@ class Communicator:
         """
         state = self._state
         state.require(Phase.STARTED, "synchronize_device")
+        state.raise_if_failed()
         stop = lambda: (state.error is not None or not state.started  # noqa: E731
                         or bool(self._row["abort"][0]))
         self._row["host_blocked"] = 1
@@ -317,15 +328,23 @@ class Communicator:
 
     # -- shutting down -----------------------------------------------------------------------
 
-    def close(self) -> None:
-        """Stop the daemon, fail what is still outstanding, join the host threads."""
+    def close(self, cause: BaseException | None = None) -> None:
+        """Stop the daemon, fail what is still outstanding, join the host threads. Runs
+        still outstanding abort every rank (their peers would wait for this rank's daemon),
+        with ``cause`` (what ended the rank; ``with`` passes the exception) as the reason."""
         state = self._state
         if state.phase is Phase.CLOSED:
             return
         started = state.started
+        with self._lock:
+            left = self._cq.undone() if started else 0
         state.phase = Phase.CLOSED
         if started:    # a drain in progress ends before the caller can free the pool
             self._tracer.close()
+        if left and state.error is None:   # its peers would wait for its daemon for ever
+            why = (f"rank {self.rank} failed: {type(cause).__name__}: {cause} (" if cause
+                   else f"rank {self.rank} closed its communicator (")
+            self.world.abort_with(why + f"{left} of its runs outstanding)")
         self._row["heartbeat"] = -1      # gone on purpose: not a failure for the peers
         self._row["abort"] = 1
         if started:
@@ -338,8 +357,8 @@ class Communicator:
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, exc_type, exc, tb):
+        self.close(cause=exc)
 
     # -- helpers -----------------------------------------------------------------------------
 

@@ -51,10 +51,21 @@ class RankState:
             raise PydfcclError(f"{what}() is only allowed {_ALLOWED[phase]}; "
                                f"this communicator is {self.phase.value}")
 
+    def raise_if_failed(self) -> None:
+        """Raise the first error of this rank (or of the job, once aborted): a failed
+        communicator runs nothing more, so no later call can build on a failed run."""
+        with self._lock:
+            if self.error is None and self.world.ctl["abort"][self.rank]:
+                self.error = self.abort_error()
+            error = self.error
+        if error is not None:
+            raise error
+
     def abort_error(self) -> Exception:
         """The error an abort of every rank means here, from the report it left."""
         report = self.world.get_report() or f"rank {self.rank}: aborted"
-        return DeadlockError(report) if report.startswith("deadlock") else AbortedError(report)
+        stall = report.startswith(("deadlock", "timeout:"))
+        return DeadlockError(report) if stall else AbortedError(report)
 
     def fail(self, error: Exception) -> None:
         """Fail this rank with ``error`` (the first error stays) and every run it has out."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 
 from ..protocol import layout as L
+from .poison import poison
 
 __all__ = ["Submissions"]
 
@@ -84,10 +85,16 @@ class Submissions:
         return {i: len(q) for i, q in self.pending.items() if q}
 
     def fail_all(self, error: Exception) -> None:
-        """Fail every run in the SQ or held, and forget them (takes the lock)."""
+        """Fail every run in the SQ or held, and forget them (takes the lock). Their float
+        recv buffers in host memory are filled with NaN first (``poison``): nothing may
+        take what a failed run left there for its result."""
         with self._lock:
-            futures = [f for runs in self.inflight.values() for f, _ in runs]
-            futures += [item[0] for queue in self.pending.values() for item in queue]
+            runs = [run for queue in self.inflight.values() for run in queue]
+            runs += [(item[0], item[-1]) for queue in self.pending.values() for item in queue]
+            futures = [future for future, _ in runs]
+            for future, (_, recv) in runs:
+                if not future.done():
+                    poison(recv)
             self.inflight.clear()
             self.pending.clear()
             if self.wake is not None:

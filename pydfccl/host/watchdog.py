@@ -1,5 +1,6 @@
-"""The watchdog: no progress anywhere for ``timeout`` seconds while work is outstanding
-becomes a report (who waits on whom, the wait-for cycle) and an abort of every rank.
+"""The watchdog: a dead or closed peer, a proven deadlock, or a stall past the user's
+timeout becomes a report (who waits on whom, the wait-for cycle) and an abort of every
+rank; a stall that may still end (a late peer) is only reported.
 
 It reads only the control rows, which every rank can see, so each rank's watchdog reaches
 the same verdict; the first one writes the report that all ranks raise.
@@ -13,8 +14,10 @@ import time
 
 import numpy as np
 
-__all__ = ["Watchdog", "wait_for_report", "rank_status", "format_status", "silent_ranks",
-           "HEARTBEAT_TIMEOUT"]
+from ..log import logger
+from . import liveness
+
+__all__ = ["Watchdog", "wait_for_report", "rank_status", "format_status", "DEFAULT_TIMEOUT"]
 
 WAITS_DATA, WAITS_CREDIT = 1, 2
 
@@ -64,8 +67,9 @@ def format_status(statuses: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def wait_for_report(world, describe) -> tuple[str, list | None]:
-    """Describe what every rank waits on; returns (text, cycle or None)."""
+def wait_for_report(world, describe, with_absent: bool = False):
+    """Describe what every rank waits on; returns (text, cycle or None), and with
+    ``with_absent`` the ranks waited for that are on no collective."""
     from ..sched.model import find_wait_cycle
 
     statuses = [rank_status(world, r) for r in range(world.nranks)]
@@ -96,6 +100,8 @@ def wait_for_report(world, describe) -> tuple[str, list | None]:
     else:
         lines.append("no wait-for cycle among the daemons: a rank has not submitted a "
                      "collective its peers run, or its host is blocked")
+    if with_absent:
+        return "\n".join(lines), cycle, absent
     return "\n".join(lines), cycle
 
 
@@ -112,27 +118,43 @@ def _absent_line(status: dict) -> str:
             "outstanding: its host has not submitted what they run (it is behind, or blocked)")
 
 
-HEARTBEAT_TIMEOUT = float(os.environ.get("PYDFCCL_HEARTBEAT_TIMEOUT", "10"))
-
-
-def silent_ranks(world, timeout: float = HEARTBEAT_TIMEOUT) -> dict:
-    """{rank: seconds since its host's last heartbeat} for the ranks whose host started,
-    has not closed, and has been silent for ``timeout``: its process died or hangs."""
-    now = time.monotonic_ns()
-    beats = world.ctl["heartbeat"]
-    return {r: (now - int(b)) / 1e9 for r, b in enumerate(beats)
-            if b > 0 and now - int(b) > timeout * 1e9}
+DEFAULT_TIMEOUT = float(os.environ.get("PYDFCCL_TIMEOUT", "600"))   # torch's 10 minutes
+# A daemon publishes what it waits for only when a wait lasts, and does not clear it when
+# the wait ends: a wait on a closed peer is believed once nothing has moved for this long.
+CLOSED_PEER_GRACE = 2.0
 
 
 class Watchdog:
-    def __init__(self, world, rank: int, timeout: float, describe):
+    """Rank ``rank``'s view of the job's liveness and progress, looked at while the rank
+    waits (``check``). What it does, and when:
+
+    - a peer whose process is gone, or that closed its communicator while this rank's
+      daemon waits for it: abort every rank at once, naming it (``host.liveness``);
+    - no progress on any rank for ``timeout`` (``watchdog_timeout``): a report of who
+      waits on whom, logged once per stall. Under a policy whose daemons never preempt
+      (``proves_deadlock``) a wait-for cycle among ranks that are all inside collectives,
+      or a host blocked in a device synchronize behind a daemon that never quits
+      (``never_quits``), is a proven deadlock: abort at once;
+    - otherwise a peer is late, not deadlocked (under dfccl it may still submit): abort
+      only once nothing has moved for ``abort_after`` (the user's timeout, 600 s by
+      default, as torch's).
+    """
+
+    def __init__(self, world, rank: int, timeout: float, describe,
+                 abort_after: float | None = None, proves_deadlock: bool = True,
+                 never_quits: bool = False):
         self.world = world
         self.rank = rank
         self.timeout = timeout
+        self.abort_after = max(timeout, DEFAULT_TIMEOUT if abort_after is None
+                               else abort_after)
         self.describe = describe
+        self.proves_deadlock = proves_deadlock
+        self.never_quits = never_quits
         self._signature = None
         self._since = time.monotonic()
         self._next_look = 0.0
+        self._reported = False
 
     def _progress_signature(self) -> bytes:
         blocks = self.world.ctl["blocks"][:, : self.world.config.nblocks]
@@ -140,26 +162,71 @@ class Watchdog:
 
     def check(self) -> str | None:
         """Called while this rank has outstanding work or its host is blocked in a device
-        synchronize; a report once nothing has moved anywhere for ``timeout``."""
+        synchronize; the abort report in force once this rank must fail, else None."""
         now = time.monotonic()
         if now < self._next_look:
             return None
         self._next_look = now + min(0.05, self.timeout / 10)
-        silent = silent_ranks(self.world)
-        if silent:      # a peer's host is gone: waiting for the stall timeout helps no one
-            names = ", ".join(f"rank {r} (no heartbeat for {s:.1f} s)" for r, s in silent.items())
-            return self.world.abort_with(f"rank failure: {names}: its process died or "
-                                         f"hangs (seen by rank {self.rank})")
+        dead = liveness.dead_peers(self.world, self.rank)
+        if dead:        # a peer's host is gone: waiting for it helps no one
+            return self.world.abort_with(f"rank failure: {liveness.describe_dead(dead)} "
+                                         f"(seen by rank {self.rank})")
         signature = self._progress_signature()
-        if signature != self._signature:
-            self._signature, self._since = signature, now
+        moved = signature != self._signature
+        if moved:
+            self._signature, self._since, self._reported = signature, now, False
+        if moved:
             return None
-        if now - self._since < self.timeout:
+        stalled = now - self._since
+        closed = self._waited_on_closed() if stalled >= CLOSED_PEER_GRACE else None
+        if closed:
+            return self.world.abort_with(closed)
+        if stalled < self.timeout:
             return None
-        text, _ = wait_for_report(self.world, self.describe)
+        text, cycle, absent = wait_for_report(self.world, self.describe, with_absent=True)
+        proven = self._proven(cycle, absent)
+        if proven is None and stalled < self.abort_after:
+            if not self._reported:
+                self._reported = True
+                logger.warning("rank %d: no progress on any rank for %.0f s; a peer is late "
+                               "(it fails at the timeout, %.0f s):\n%s", self.rank, stalled,
+                               self.abort_after, text)
+            return None
         if os.environ.get("PYDFCCL_DEADLOCK_STACKS") == "1":
             # "its host is blocked": where each thread of this process stands (every rank's,
             # with ranks as threads), before the abort moves them
             faulthandler.dump_traceback(all_threads=True)
-        return self.world.abort_with(f"deadlock: no progress on any rank for "
-                                     f"{self.timeout:.1f} s (seen by rank {self.rank})\n{text}")
+        if proven is None:
+            return self.world.abort_with(
+                f"timeout: no progress on any rank for {stalled:.0f} s, the timeout (seen by "
+                f"rank {self.rank})\n{text}")
+        return self.world.abort_with(f"deadlock: {proven}: no progress on any rank for "
+                                     f"{stalled:.1f} s (seen by rank {self.rank})\n{text}")
+
+    def _proven(self, cycle, absent) -> str | None:
+        """Why the stall can never end by itself, or None (a peer may be late)."""
+        if not self.proves_deadlock:
+            return None
+        if cycle and not absent:
+            return "a wait-for cycle among daemons that never preempt"
+        if self.never_quits and self.world.ctl["host_blocked"].any():
+            return "a host blocked in a device synchronize behind daemons that never quit"
+        return None
+
+    def _waited_on_closed(self) -> str | None:
+        """A report if, with no progress anywhere for CLOSED_PEER_GRACE, a rank's daemon
+        waits for a peer that closed its communicator (its daemon runs nothing any more).
+        A peer that closed with runs of its own outstanding aborted every rank itself."""
+        closed = liveness.closed_peers(self.world, self.rank)
+        if not closed:
+            return None
+        for st in (rank_status(self.world, r) for r in range(self.world.nranks)):
+            for blk in st["blocks"]:
+                for peer, what in blk["waits"]:
+                    if peer in closed:
+                        left = closed[peer]
+                        return (f"rank {peer} closed its communicator ({left} of its runs "
+                                f"outstanding) while rank {st['rank']}'s "
+                                f"{self.describe(blk['coll'], st['rank'])} waits for {what} "
+                                f"it (seen by rank {self.rank})")
+        return None

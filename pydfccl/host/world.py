@@ -206,8 +206,9 @@ class World:
 
     def abort_with(self, report: str) -> str:
         """Abort every rank, leaving ``report`` for them to raise unless an earlier abort left
-        its own (the first report stays); returns the report in force."""
-        if not self.ctl["abort"].any():
+        its own (the first report stays); returns the report in force. A rank that closed
+        sets its own abort word without a report: that is no cause, and does not count."""
+        if not self.report[0]:
             self.set_report(report)
         self.abort_all()
         return self.get_report() or report

@@ -89,7 +89,9 @@ CTL_ROW = np.dtype([
     ("host_completed", I8),
     ("heartbeat", I8),     # the host's CLOCK_MONOTONIC in ns, refreshed by the poller;
     #                        -1 once the communicator closed, 0 before it started
-    ("pad", I8, 3),
+    ("pid", I8),           # the host process (host.liveness): its peers see it die at once
+    ("pid_start", I8),     # its start time in clock ticks (a reused pid is not it)
+    ("pid_ns", I8),        # its pid namespace: a pid means this process only in the same one
     ("blocks", BLOCK_STATUS, MAX_BLOCKS),
     ("sq", SQ_ENTRY, SQ_CAP),
     ("cq", CQ_ENTRY, CQ_CAP),

@@ -226,13 +226,15 @@ def test_watchdog_prints_every_threads_stack_when_asked(monkeypatch, capfd):
     blocks = np.zeros((1, 4), dtype=[("progress", "u8"), ("completed", "u8")])
     world = SimpleNamespace(ctl={"blocks": blocks}, config=SimpleNamespace(nblocks=4),
                             abort_with=lambda text: text)
-    monkeypatch.setattr(watchdog, "silent_ranks", lambda world: {})
-    monkeypatch.setattr(watchdog, "wait_for_report", lambda world, describe: ("rank 1: ...", None))
-    dog = watchdog.Watchdog(world, 0, timeout=0.0, describe=None)
+    monkeypatch.setattr(watchdog.liveness, "dead_peers", lambda world, me: {})
+    monkeypatch.setattr(watchdog.liveness, "closed_peers", lambda world, me: {})
+    monkeypatch.setattr(watchdog, "wait_for_report",
+                        lambda world, describe, with_absent: ("rank 1: ...", [0, 1], set()))
+    dog = watchdog.Watchdog(world, 0, timeout=0.0, describe=None, proves_deadlock=True)
     assert dog.check() is None            # the first look only records the progress
     dog._next_look = 0.0
     monkeypatch.delenv("PYDFCCL_DEADLOCK_STACKS", raising=False)
-    assert dog.check().startswith("deadlock: no progress on any rank")
+    assert dog.check().startswith("deadlock: a wait-for cycle among daemons that never")
     assert "most recent call first" not in capfd.readouterr().err
     monkeypatch.setenv("PYDFCCL_DEADLOCK_STACKS", "1")
     dog._next_look = 0.0

@@ -43,7 +43,7 @@ class Rank:
                         self.errors.append)
 
 
-def wait_until(condition, seconds=10.0):
+def wait_until(condition, seconds=60.0):
     deadline = time.monotonic() + seconds
     while not condition() and time.monotonic() < deadline:
         time.sleep(0.005)
@@ -140,7 +140,7 @@ def test_notify_wakes_a_waiting_launcher_and_counts_its_waiters():
 
     def waiter():
         with rank.lock:
-            launcher._wait(5.0)
+            launcher._wait(120.0)
             counts.append(launcher._waiters)
 
     thread = threading.Thread(target=waiter)
@@ -149,9 +149,9 @@ def test_notify_wakes_a_waiting_launcher_and_counts_its_waiters():
     assert wait_until(lambda: launcher._waiters == 1)
     with rank.lock:
         launcher.notify()
-    thread.join(5)
+    thread.join(120)
     assert counts == [0]                     # counted while it waited, uncounted once woken
-    assert time.perf_counter() - t0 < 2.5    # by the notify, not its 5 s timeout
+    assert time.perf_counter() - t0 < 60     # by the notify, not its 120 s timeout
 
 
 def test_completions_the_host_has_not_drained_launch_no_daemon():

@@ -131,8 +131,12 @@ class ProcessGroupDfccl(CollectivesMixin, dist.ProcessGroup):
         self._delegates = {d: self._other_backend(b, d, store, rank, size, timeout)
                            for d, b in devices.items() if b.lower() != BACKEND_NAME}
         options = {**comm_options(), **options}
+        # pydfccl's own checks come after torch's: a collective some rank has not issued
+        # is reported at the group's timeout (half the watchdog's), a deadlock at twice it;
+        # a wait on the group's Works ends at its timeout.
         comm = communicator_from_group(C10dStoreGroup(store, rank, size, timeout),
-                                       watchdog_timeout=timeout.total_seconds(), **options)
+                                       watchdog_timeout=2 * timeout.total_seconds(),
+                                       **options)
         comm.start()
         self.dfccl_group = TorchGroup(comm, timeout=timeout.total_seconds())
         self._rank, self._size = rank, size
@@ -201,9 +205,6 @@ class ProcessGroupDfccl(CollectivesMixin, dist.ProcessGroup):
     def set_timeout(self, timeout: timedelta) -> None:
         self._timeout = timeout
         self.dfccl_group.timeout = timeout.total_seconds()
-
-    def options(self):
-        return None
 
     @property
     def comm(self):

@@ -30,7 +30,7 @@ class DfcclTimeoutError(DfcclError, TimeoutError):
 
 
 def as_torch_error(exc: BaseException, rank: int | None, what: str,
-                   timeout: float | None = None) -> BaseException:
+                   timeout: float | None = None, whose: str = "the wait's") -> BaseException:
     """``exc``, raised while waiting for ``what`` on ``rank``, as a torch error (an
     exception that already is one is returned as it is)."""
     if isinstance(exc, dist.DistError):
@@ -38,6 +38,6 @@ def as_torch_error(exc: BaseException, rank: int | None, what: str,
     where = f"dfccl rank {rank}" if rank is not None else "dfccl"
     if isinstance(exc, (concurrent.futures.TimeoutError, TimeoutError)):
         return DfcclTimeoutError(f"{where}: {what} did not complete within {timeout:g} s "
-                                 "(the wait's timeout)", rank, exc)
+                                 f"({whose} timeout)", rank, exc)
     detail = str(exc) or type(exc).__name__
     return DfcclError(f"{where}: {what} failed: {type(exc).__name__}: {detail}", rank, exc)

@@ -17,7 +17,8 @@ import threading
 import torch
 
 from .convert import as_buffer, check_tensor, dtype_name
-from .errors import DfcclError
+from ..errors import PydfcclError
+from .errors import DfcclError, as_torch_error
 from .work import Work, completed_work
 
 __all__ = ["TorchGroup", "P2P_BASE"]
@@ -103,6 +104,12 @@ class TorchGroup:
         if send.numel() == 0 and out.numel() == 0:     # nothing to move: a no-op, as in NCCL
             work = completed_work([out], self.rank, kind)
             return work if async_op else None
+        try:
+            return self._run(kind, send, recv, out, count, op, root, peer, async_op)
+        except PydfcclError as exc:          # the communicator refused or had failed
+            raise as_torch_error(exc, self.rank, kind) from exc
+
+    def _run(self, kind, send, recv, out, count, op, root, peer, async_op):
         cid = self.coll_id(kind, count, dtype_name(send.dtype), op, root, peer)
         send_buf = as_buffer(send)
         recv_buf = None if recv is None else as_buffer(recv)
@@ -114,7 +121,8 @@ class TorchGroup:
             future = ticket.future
         else:
             future = self.comm.run(cid, send_buf, recv_buf)
-        work = Work(future, [out], timeout=self.timeout, rank=self.rank, what=kind)
+        work = Work(future, [out], timeout=self.timeout, rank=self.rank, what=kind,
+                    on_group_timeout=self._timed_out)
         # The tensors must outlive the run (the daemon only has their addresses, and on
         # CUDA the caching allocator would hand their memory out again).
         key = id(work)
@@ -134,6 +142,12 @@ class TorchGroup:
             self._alive.pop(key, None)
             if future.exception() is not None and self._failure is None:
                 self._failure = future.exception()
+
+    def _timed_out(self, error) -> None:
+        """A wait outlasted the group's timeout: the group fails, as torch's backends do."""
+        with self._lock:
+            if self._failure is None:
+                self._failure = error
 
     def synchronize_device(self) -> None:
         """A device-wide synchronize (the simulator's stand-in for

@@ -8,7 +8,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from .errors import as_torch_error
+from .errors import DfcclTimeoutError, as_torch_error
 
 __all__ = ["Work", "completed_work"]
 
@@ -32,23 +32,29 @@ class Work(dist.Work):
     ``torch.distributed.DistBackendError`` naming the rank and the collective."""
 
     def __init__(self, future, outputs: list, *, timeout=None, rank: int | None = None,
-                 what: str = "a collective"):
+                 what: str = "a collective", on_group_timeout=None):
         super().__init__()
+        self._on_group_timeout = on_group_timeout   # the group's timeout fails the group
         self._future = future          # concurrent.futures.Future of the run
         self._outputs = outputs
         self._torch_future = None
         self._timeout, self._rank, self._what = _seconds(timeout), rank, what
 
     def wait(self, timeout: timedelta | float | None = None) -> bool:
-        seconds = _seconds(timeout) if timeout is not None else self._timeout
+        own = timeout is not None
+        seconds = _seconds(timeout) if own else self._timeout
         try:
             self._future.result(timeout=seconds)
         except BaseException as exc:
-            raise self._torch_error(exc, seconds) from exc
+            error = as_torch_error(exc, self._rank, self._what, seconds,
+                                   "the wait's" if own else "the group's")
+            if not own and isinstance(error, DfcclTimeoutError) and self._on_group_timeout:
+                self._on_group_timeout(error)
+            raise error from exc
         return True
 
-    def _torch_error(self, exc, seconds=None):
-        return as_torch_error(exc, self._rank, self._what, seconds)
+    def _torch_error(self, exc):
+        return as_torch_error(exc, self._rank, self._what)
 
     def is_completed(self) -> bool:
         return self._future.done()

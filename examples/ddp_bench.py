@@ -5,7 +5,7 @@ side by side in one run.
     python examples/ddp_bench.py --nranks 2 --backends nccl,gloo,dfccl --device cuda
 
 The program is plain DDP (no communication hook) of a small transformer language model
-(--layers x --d-model, about 3.4 million parameters by default) on synthetic tokens, the
+(--layers x --d-model, 4.2 million parameters by default) on synthetic tokens, the
 same for every backend: only the name given to ``init_process_group`` changes. For each
 backend the command starts --nranks rank processes (as torchrun would), trains --warmup
 untimed and --steps timed steps, and rank 0 reports steps a second and the loss. The table

@@ -152,6 +152,21 @@ def timeouts(rank, size):
     return out
 
 
+def device_id(rank, size):
+    """``init_process_group(..., device_id=)`` (a GPU machine): the group is bound to the
+    rank's GPU, and torch finds the dfccl backend of that device."""
+    device = torch.device("cuda", int(os.environ["LOCAL_RANK"]) % torch.cuda.device_count())
+    torch.cuda.set_device(device)
+    dist.init_process_group("dfccl", device_id=device)
+    pg = dist.group.WORLD
+    t = torch.full((2,), rank + 1.0, device=device)
+    dist.all_reduce(t)
+    out = {"bound": str(pg.bound_device_id), "device": str(device),
+           "backend": pg._get_backend(device).name(), "all_reduce": t.tolist()}
+    dist.destroy_process_group()
+    return out
+
+
 def reinit(rank, size):
     """destroy_process_group() and init_process_group() again, in one process."""
     sums = []

@@ -92,6 +92,13 @@ def test_a_mixed_backend_string_keeps_gloo_for_the_cpu():
         assert out == {"cpu": "gloo", "cuda": "dfccl", "all_reduce": [3.0, 3.0]}
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="device_id must be a GPU")
+def test_init_with_device_id_binds_the_group_to_the_gpu():
+    for out in torchrun("device_id", 2):
+        assert out["bound"] == out["device"] and out["backend"] == "dfccl"
+        assert out["all_reduce"] == [3.0, 3.0]
+
+
 def test_destroy_then_init_again_in_one_process():
     for out in torchrun("reinit", 2):
         assert out["sums"] == [[3.0, 3.0], [5.0, 5.0]]

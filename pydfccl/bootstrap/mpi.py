@@ -55,12 +55,11 @@ def current_group():
 
 
 def use_simulator_without_gpu() -> None:
-    """In a job of one process per rank on a machine without a CUDA driver, run the kernels
-    on the simulator: each process is a rank, as the simulator backend wants. It must run
+    """On a machine without a CUDA driver, run the kernels on the simulator, whatever
+    started the process (mpiexec, torchrun, ``torch.multiprocessing.spawn`` with ranks
+    given in code, or nothing): without a driver nothing else can run them. It must run
     before Numba is imported (``pydfccl/__init__.py`` calls it first)."""
-    from .store import in_env_job
-
-    if "NUMBA_ENABLE_CUDASIM" in os.environ or not (in_mpi_job() or in_env_job()):
+    if "NUMBA_ENABLE_CUDASIM" in os.environ:
         return
     try:
         ctypes.CDLL("libcuda.so.1")

@@ -19,6 +19,7 @@ _os.environ.setdefault("CUDA_MODULE_LOADING", "EAGER")
 from .backend import (BACKEND_NAME, C10dStoreGroup, ProcessGroupDfccl, register, stats,
                       status_report)
 from .ddp import allreduce_hook
+from .errors import DfcclError, DfcclTimeoutError
 from .functional import (all_gather_into_tensor, all_reduce, all_to_all_single, broadcast,
                          get_group, irecv, isend, recv, reduce, reduce_scatter_tensor, send,
                          set_default_group)
@@ -26,7 +27,7 @@ from .group import TorchGroup
 from .work import Work
 
 __all__ = [
-    "TorchGroup", "Work", "ProcessGroupDfccl", "C10dStoreGroup", "BACKEND_NAME", "register",
+    "TorchGroup", "Work", "DfcclError", "DfcclTimeoutError", "ProcessGroupDfccl", "C10dStoreGroup", "BACKEND_NAME", "register",
     "allreduce_hook", "set_default_group", "get_group", "all_reduce", "all_gather_into_tensor",
     "reduce_scatter_tensor", "broadcast", "reduce", "send", "recv", "isend", "irecv",
     "all_to_all_single", "status_report", "stats",

@@ -1,16 +1,24 @@
-"""The "dfccl" torch.distributed backend: ``init_process_group(backend="dfccl")`` and
-``new_group(..., backend="dfccl")``.
+"""The "dfccl" torch.distributed backend: ``init_process_group(backend="dfccl")``,
+``new_group(..., backend="dfccl")``, and ``"cpu:gloo,cuda:dfccl"``.
 
-torch hands the backend's creator a c10d Store; ``C10dStoreGroup`` (``bootstrap/c10d.py``:
-JSON over the store, never pickle) makes it the process group that pydfccl's bootstrap
-needs, so each torch process group gets its own pydfccl world and
-daemon. Without a GPU the ranks run the CUDA simulator; on GPUs this needs CUDA IPC
-between the rank processes (``communicator_from_group``).
+torch (up to its newer Python backend base class) lets a Python backend only be a whole
+``ProcessGroup``. So that torch sees it as it sees its own backends, the group answers what
+torch asks a group of them: its devices (``_device_types``), the backend of a device
+(``_get_backend``: this group, or the gloo backend of a mixed string), its name and
+description (which functional collectives, DTensor and FSDP2 resolve it by), the device it
+is bound to (``device_id``), and what it supports. Collectives on a device that a mixed
+string gives to gloo go to gloo; CPU tensors on a GPU machine (torch's object collectives)
+are staged through the GPU.
+
+torch hands the backend's creator a c10d Store; ``C10dStoreGroup`` (``bootstrap/c10d.py``)
+makes it the process group that pydfccl's bootstrap needs, so each torch process group gets
+its own pydfccl world and daemon. Without a GPU the ranks run the CUDA simulator.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import weakref
 from datetime import timedelta
 
@@ -19,20 +27,38 @@ import torch.distributed as dist
 
 from ..bootstrap.c10d import C10dStoreGroup
 from ..sched.choice import policy_from_env
+from .collectives import CollectivesMixin
 from .group import TorchGroup, _simulated
+from .work import completed_work
 
 __all__ = ["C10dStoreGroup", "ProcessGroupDfccl", "register", "status_report", "stats",
-           "BACKEND_NAME"]
+           "BACKEND_NAME", "comm_options"]
 
 BACKEND_NAME = "dfccl"
 _live = weakref.WeakSet()     # this process's dfccl process groups, for status_report()
-
 
 # A torch job makes several process groups (the default one, tensor- and data-parallel
 # ones, ...), each a communicator with a daemon of its own on the rank's GPU. Each daemon
 # takes a quarter of the rank's share of the GPU's resident blocks, so that the daemons of
 # four groups on every rank fit at once beside torch's own kernels.
 DAEMONS_PER_RANK = 4
+
+# torch's name of each collective -> this class's implementation (collectives.py)
+_METHODS = {
+    "allreduce": "_allreduce", "allreduce_coalesced": "_allreduce_coalesced",
+    "all_gather_single": "_all_gather_single", "_allgather_base": "_all_gather_single",
+    "allgather": "_allgather", "allgather_coalesced": "_allgather_coalesced",
+    "allgather_into_tensor_coalesced": "_allgather_into_tensor_coalesced",
+    "all_gather_single_coalesced": "_allgather_into_tensor_coalesced",
+    "reduce_scatter_single": "_reduce_scatter_single",
+    "_reduce_scatter_base": "_reduce_scatter_single", "reduce_scatter": "_reduce_scatter",
+    "reduce_scatter_tensor_coalesced": "_reduce_scatter_tensor_coalesced",
+    "reduce_scatter_single_coalesced": "_reduce_scatter_tensor_coalesced",
+    "broadcast": "_broadcast", "reduce": "_reduce", "gather": "_gather", "scatter": "_scatter",
+    "alltoall": "_alltoall", "all_to_all_single": "_all_to_all_single",
+    "alltoall_base": "_all_to_all_single", "send": "_send", "recv": "_recv",
+    "recv_anysource": "_recv_anysource", "barrier": "_barrier",
+}
 
 
 def comm_options() -> dict:
@@ -55,107 +81,189 @@ def comm_options() -> dict:
     return options
 
 
-class ProcessGroupDfccl(dist.ProcessGroup):
-    """A torch process group whose collectives run on a pydfccl communicator.
+def _creation_context() -> tuple[dict, torch.device | None]:
+    """What torch's ``_new_process_group_helper`` (the caller of the backend's creator)
+    knows and does not pass on: the device -> backend map of the backend string, and
+    ``device_id``. Empty when the creator is called some other way."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "_new_process_group_helper":
+            config = frame.f_locals.get("backend_config")
+            devices = dict(config.get_device_backend_map()) if config is not None else {}
+            return devices, frame.f_locals.get("device_id")
+        frame = frame.f_back
+    return {}, None
 
-    Supported: allreduce, all_gather_single (all_gather_into_tensor), allgather (a list of
-    equal outputs), reduce_scatter_single (reduce_scatter_tensor), broadcast, reduce,
-    send, recv, all_to_all_single (even splits), barrier; one tensor per call."""
+
+def _tensors_in(obj):
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, (list, tuple)):
+        for item in obj:
+            yield from _tensors_in(item)
+
+
+def _map_tensors(obj, fn):
+    if isinstance(obj, torch.Tensor):
+        return fn(obj)
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_map_tensors(item, fn) for item in obj)
+    return obj
+
+
+class ProcessGroupDfccl(CollectivesMixin, dist.ProcessGroup):
+    """A torch process group whose collectives run on a pydfccl communicator (see
+    docs/torch.md for what it supports)."""
+
+    supports_splitting = False
+    supports_coalescing = False
+    supports_time_estimate = False
 
     def __init__(self, store, rank: int, size: int, timeout: timedelta | None = None,
-                 **options):
+                 devices: dict | None = None, device_id=None, **options):
         super().__init__(rank, size)
         from ..bootstrap.mpi import communicator_from_group
 
+        timeout = timeout if timeout is not None else dist.default_pg_timeout
+        self._timeout = timeout
+        devices = devices or {"cpu": BACKEND_NAME, "cuda": BACKEND_NAME}
+        self._devices = [torch.device(d) for d in devices]
+        self._delegates = {d: self._other_backend(b, d, store, rank, size, timeout)
+                           for d, b in devices.items() if b.lower() != BACKEND_NAME}
         options = {**comm_options(), **options}
+        # pydfccl's own checks come after torch's: a collective some rank has not issued
+        # is reported at the group's timeout (half the watchdog's), a deadlock at twice it;
+        # a wait on the group's Works ends at its timeout.
         comm = communicator_from_group(C10dStoreGroup(store, rank, size, timeout),
+                                       watchdog_timeout=2 * timeout.total_seconds(),
                                        **options)
         comm.start()
-        self.dfccl_group = TorchGroup(comm)
+        self.dfccl_group = TorchGroup(comm, timeout=timeout.total_seconds())
         self._rank, self._size = rank, size
+        self._group_name = self._group_desc = ""
+        if device_id is not None:
+            self.bound_device_id = device_id
         _live.add(self)
 
+    @staticmethod
+    def _other_backend(name, device, store, rank, size, timeout):
+        if name.lower() != "gloo":
+            raise ValueError(f"pydfccl.torch: a dfccl group shares its devices only with "
+                             f"gloo, not {name!r} (for {device})")
+        return dist.ProcessGroupGloo(dist.PrefixStore(f"gloo-{device}/", store), rank, size,
+                                     timeout)
+
+    # -- what torch asks a process group about its backends ---------------------------------
     def getBackendName(self) -> str:
         return BACKEND_NAME
+
+    def getGroupName(self) -> str:
+        if not self._group_name:
+            raise RuntimeError("ProcessGroup name not set")
+        return self._group_name
+
+    def setGroupName(self, name: str) -> None:
+        self._group_name = name
+
+    def getGroupDesc(self) -> str:
+        return self._group_desc
+
+    def setGroupDesc(self, desc: str) -> None:
+        self._group_desc = desc
+
+    def _set_group_name(self, name: str) -> None:
+        self.setGroupName(name)
+
+    def _set_group_desc(self, desc: str) -> None:
+        self.setGroupDesc(desc)
+
+    @property
+    def group_name(self) -> str:
+        return self.getGroupName()
+
+    @property
+    def group_desc(self) -> str:
+        return self._group_desc
+
+    @property
+    def _device_types(self) -> list:
+        return list(self._devices)
+
+    def _get_backend(self, device):
+        kind = torch.device(device).type if not isinstance(device, torch.device) else \
+            device.type
+        if kind in self._delegates:
+            return self._delegates[kind]
+        if any(d.type == kind for d in self._devices):
+            return self
+        raise RuntimeError(f"No backend type associated with device type {kind}: this dfccl "
+                           f"group serves {[d.type for d in self._devices]}")
+
+    def supports_tensor_alloc(self, device) -> bool:
+        return False
+
+    def set_timeout(self, timeout: timedelta) -> None:
+        self._timeout = timeout
+        self.dfccl_group.timeout = timeout.total_seconds()
 
     @property
     def comm(self):
         return self.dfccl_group.comm
 
-    @staticmethod
-    def _one(tensors, what):
-        if len(tensors) != 1:
-            raise ValueError(f"pydfccl.torch: {what} takes one tensor per call, got "
-                             f"{len(tensors)}")
-        return tensors[0]
+    def _comm_device(self):
+        if _simulated() or not torch.cuda.is_available():
+            return torch.device("cpu")
+        return torch.device("cuda", torch.cuda.current_device())
 
-    def allreduce(self, tensors, opts=None):
-        from .functional import all_reduce
-        op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
-        return all_reduce(self._one(tensors, "allreduce"), op, group=self.dfccl_group,
-                          async_op=True)
+    def _staged(self, impl, args, kwargs):
+        """CPU tensors on a GPU machine (torch's object collectives use them): copied to
+        the GPU, run there, copied back once the collective is done."""
+        device, pairs = self._comm_device(), []
 
-    def all_gather_single(self, output, input, opts=None):
-        from .functional import all_gather_into_tensor
-        return all_gather_into_tensor(output, input, group=self.dfccl_group, async_op=True)
+        def stage(t):
+            on_gpu = t.to(device).contiguous()
+            pairs.append((t, on_gpu))
+            return on_gpu
 
-    _allgather_base = all_gather_single
-
-    def allgather(self, output_lists, inputs, opts=None):
-        """The list form: gathered into one flat tensor, then copied out (after the wait:
-        the copies are on the current stream)."""
-        outputs, t = self._one(output_lists, "allgather"), self._one(inputs, "allgather")
-        flat = torch.empty(self._size * t.numel(), dtype=t.dtype, device=t.device)
-        work = self.all_gather_single(flat, t.contiguous())
-        work.wait()
-        for out, part in zip(outputs, flat.split(t.numel())):
-            out.copy_(part.view_as(out))
-        return work
-
-    def reduce_scatter_single(self, output, input, opts=None):
-        from .functional import reduce_scatter_tensor
-        op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
-        return reduce_scatter_tensor(output, input, op=op, group=self.dfccl_group,
-                                     async_op=True)
-
-    _reduce_scatter_base = reduce_scatter_single
-
-    def broadcast(self, tensors, opts=None):
-        from .functional import broadcast
-        root = opts.rootRank if opts is not None else 0
-        return broadcast(self._one(tensors, "broadcast"), root, group=self.dfccl_group,
-                         async_op=True)
-
-    def reduce(self, tensors, opts=None):
-        from .functional import reduce
-        return reduce(self._one(tensors, "reduce"), opts.rootRank, op=opts.reduceOp,
-                      group=self.dfccl_group, async_op=True)
-
-    def send(self, tensors, dst, tag=0):
-        from .functional import isend
-        return isend(self._one(tensors, "send"), dst, group=self.dfccl_group)
-
-    def recv(self, tensors, src, tag=0):
-        from .functional import irecv
-        return irecv(self._one(tensors, "recv"), src, group=self.dfccl_group)
-
-    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes,
-                          opts=None):
-        from .functional import all_to_all_single
-        return all_to_all_single(output, input, output_split_sizes, input_split_sizes,
-                                 group=self.dfccl_group, async_op=True)
-
-    alltoall_base = all_to_all_single
-
-    def barrier(self, opts=None):
-        device = "cpu" if not torch.cuda.is_available() or _simulated() else "cuda"
-        return self.allreduce([torch.zeros(1, device=device)])
+        staged = _map_tensors(args, stage)
+        getattr(self, impl)(*staged, **kwargs).wait()
+        for cpu, gpu in pairs:
+            if cpu.data_ptr() != gpu.data_ptr():
+                cpu.copy_(gpu)
+        return completed_work(list(args), self._rank, impl.strip("_"))
 
     def shutdown(self) -> None:
         self.dfccl_group.close()
+        for backend in self._delegates.values():
+            getattr(backend, "shutdown", lambda: None)()
+
+    def abort(self) -> None:
+        self.shutdown()
 
     def __repr__(self):
         return f"ProcessGroupDfccl(rank={self._rank}, size={self._size})"
+
+
+def _routed(name: str, impl: str):
+    """torch's ``name``: to the gloo backend of the tensors' device in a mixed group, staged
+    through the GPU for CPU tensors on a GPU machine, else ``impl`` on pydfccl."""
+
+    def method(self, *args, **kwargs):
+        tensors = list(_tensors_in(args))
+        kind = tensors[0].device.type if tensors else None
+        if kind in self._delegates:
+            return getattr(self._delegates[kind], name)(*args, **kwargs)
+        if not _simulated() and any(not t.is_cuda for t in tensors):
+            return self._staged(impl, args, kwargs)
+        return getattr(self, impl)(*args, **kwargs)
+
+    method.__name__ = name
+    method.__doc__ = f"torch's ``{name}`` on pydfccl."
+    return method
+
+
+for _name, _impl in _METHODS.items():
+    setattr(ProcessGroupDfccl, _name, _routed(_name, _impl))
 
 
 def status_report() -> str:
@@ -179,7 +287,9 @@ def stats() -> list[dict]:
 
 
 def _create(store, rank, size, timeout):
-    return ProcessGroupDfccl(store, rank, size, timeout)
+    devices, device_id = _creation_context()
+    return ProcessGroupDfccl(store, rank, size, timeout, devices=devices or None,
+                             device_id=device_id)
 
 
 def register() -> None:

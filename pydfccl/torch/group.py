@@ -16,9 +16,10 @@ import threading
 
 import torch
 
-from ..errors import PydfcclError
 from .convert import as_buffer, check_tensor, dtype_name
-from .work import Work
+from ..errors import PydfcclError
+from .errors import DfcclError, as_torch_error
+from .work import Work, completed_work
 
 __all__ = ["TorchGroup", "P2P_BASE"]
 
@@ -41,10 +42,12 @@ def _stream_gate():
 
 class TorchGroup:
     """Collectives on torch tensors over ``comm``, a started Communicator that this group
-    owns (it registers collectives on it as calls come)."""
+    owns (it registers collectives on it as calls come). ``timeout`` (seconds, None: none)
+    bounds every wait on the group's Works unless the wait gives its own."""
 
-    def __init__(self, comm):
+    def __init__(self, comm, timeout: float | None = None):
         self.comm = comm
+        self.timeout = timeout
         self.rank, self.size = comm.rank, comm.nranks
         self._ids: dict[tuple, int] = {}
         self._next_id = 0
@@ -88,16 +91,26 @@ class TorchGroup:
         ``async_op``, else None once the result is there (waited for on the host, on
         CUDA too: see ``streams.py``)."""
         if self._failure is not None:
-            raise PydfcclError(f"pydfccl.torch: an earlier collective of this group failed "
-                               f"({self._failure}); the group cannot be used any more")
+            raise DfcclError(f"dfccl rank {self.rank}: an earlier collective of this group "
+                             f"failed ({self._failure}); the group cannot be used any more",
+                             self.rank, self._failure)
         check_tensor(send, f"{kind}'s tensor")
         if recv is not None:
             check_tensor(recv, f"{kind}'s output tensor", device=send.device)
             if recv.dtype != send.dtype:
                 raise TypeError(f"pydfccl.torch: {kind}: output dtype {recv.dtype} differs from "
                                 f"input dtype {send.dtype}")
-        cid = self.coll_id(kind, count, dtype_name(send.dtype), op, root, peer)
         out = send if recv is None else recv
+        if send.numel() == 0 and out.numel() == 0:     # nothing to move: a no-op, as in NCCL
+            work = completed_work([out], self.rank, kind)
+            return work if async_op else None
+        try:
+            return self._run(kind, send, recv, out, count, op, root, peer, async_op)
+        except PydfcclError as exc:          # the communicator refused or had failed
+            raise as_torch_error(exc, self.rank, kind) from exc
+
+    def _run(self, kind, send, recv, out, count, op, root, peer, async_op):
+        cid = self.coll_id(kind, count, dtype_name(send.dtype), op, root, peer)
         send_buf = as_buffer(send)
         recv_buf = None if recv is None else as_buffer(recv)
         if send.is_cuda:     # the run starts once the current stream has made its inputs
@@ -105,9 +118,11 @@ class TorchGroup:
             with torch.cuda.device(send.device):
                 ticket = gate.gate(torch.cuda.current_stream(send.device).cuda_stream,
                                    lambda: self.comm.run(cid, send_buf, recv_buf))
-            work = Work(ticket.future, [out])
+            future = ticket.future
         else:
-            work = Work(self.comm.run(cid, send_buf, recv_buf), [out])
+            future = self.comm.run(cid, send_buf, recv_buf)
+        work = Work(future, [out], timeout=self.timeout, rank=self.rank, what=kind,
+                    on_group_timeout=self._timed_out)
         # The tensors must outlive the run (the daemon only has their addresses, and on
         # CUDA the caching allocator would hand their memory out again).
         key = id(work)
@@ -127,6 +142,12 @@ class TorchGroup:
             self._alive.pop(key, None)
             if future.exception() is not None and self._failure is None:
                 self._failure = future.exception()
+
+    def _timed_out(self, error) -> None:
+        """A wait outlasted the group's timeout: the group fails, as torch's backends do."""
+        with self._lock:
+            if self._failure is None:
+                self._failure = error
 
     def synchronize_device(self) -> None:
         """A device-wide synchronize (the simulator's stand-in for

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
-__all__ = ["Work"]
+from .errors import DfcclTimeoutError, as_torch_error
+
+__all__ = ["Work", "completed_work"]
+
+
+def _seconds(timeout) -> float | None:
+    """A timeout as seconds; None, zero or negative (torch's "unset") as no timeout."""
+    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
+    return seconds if seconds is not None and seconds > 0 else None
 
 
 class Work(dist.Work):
@@ -15,19 +24,37 @@ class Work(dist.Work):
     the host waits, and kernels queued after it see the result. No stream ever waits for a
     collective on the GPU (``streams.py`` says why). ``get_future()``: a
     ``torch.futures.Future`` of the output tensors, completed on the host when the
-    collective completes. Errors (mismatch across ranks, deadlock, abort) raise from
-    either."""
+    collective completes.
 
-    def __init__(self, future, outputs: list):
+    ``wait(timeout)`` waits at most ``timeout`` (default: the group's timeout, torch's 30
+    minutes unless ``init_process_group``/``new_group`` said otherwise); errors (mismatch
+    across ranks, deadlock, abort, the timeout) raise as ``DfcclError``, a
+    ``torch.distributed.DistBackendError`` naming the rank and the collective."""
+
+    def __init__(self, future, outputs: list, *, timeout=None, rank: int | None = None,
+                 what: str = "a collective", on_group_timeout=None):
         super().__init__()
+        self._on_group_timeout = on_group_timeout   # the group's timeout fails the group
         self._future = future          # concurrent.futures.Future of the run
         self._outputs = outputs
         self._torch_future = None
+        self._timeout, self._rank, self._what = _seconds(timeout), rank, what
 
     def wait(self, timeout: timedelta | float | None = None) -> bool:
-        seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
-        self._future.result(timeout=seconds or None)
+        own = timeout is not None
+        seconds = _seconds(timeout) if own else self._timeout
+        try:
+            self._future.result(timeout=seconds)
+        except BaseException as exc:
+            error = as_torch_error(exc, self._rank, self._what, seconds,
+                                   "the wait's" if own else "the group's")
+            if not own and isinstance(error, DfcclTimeoutError) and self._on_group_timeout:
+                self._on_group_timeout(error)
+            raise error from exc
         return True
+
+    def _torch_error(self, exc):
+        return as_torch_error(exc, self._rank, self._what)
 
     def is_completed(self) -> bool:
         return self._future.done()
@@ -36,7 +63,9 @@ class Work(dist.Work):
         return self._future.done() and self._future.exception() is None
 
     def exception(self):
-        return self._future.exception() if self._future.done() else None
+        if not self._future.done() or self._future.exception() is None:
+            return None
+        return self._torch_error(self._future.exception())
 
     def result(self) -> list:
         self.wait()
@@ -48,10 +77,18 @@ class Work(dist.Work):
 
             def done(f):
                 if f.exception() is not None:
-                    fut.set_exception(f.exception())
+                    fut.set_exception(self._torch_error(f.exception()))
                 else:
                     fut.set_result(self._outputs)
 
             self._torch_future = fut
             self._future.add_done_callback(done)
         return self._torch_future
+
+
+def completed_work(outputs: list, rank: int | None = None, what: str = "a collective") -> Work:
+    """A Work that has completed already (a no-op: numel-0 tensors, a collective finished
+    synchronously)."""
+    future = Future()
+    future.set_result(outputs)
+    return Work(future, outputs, rank=rank, what=what)

@@ -131,12 +131,11 @@ class ProcessGroupDfccl(CollectivesMixin, dist.ProcessGroup):
         self._delegates = {d: self._other_backend(b, d, store, rank, size, timeout)
                            for d, b in devices.items() if b.lower() != BACKEND_NAME}
         options = {**comm_options(), **options}
-        # pydfccl's own checks come after torch's: a collective some rank has not issued
-        # is reported at the group's timeout (half the watchdog's), a deadlock at twice it;
-        # a wait on the group's Works ends at its timeout.
+        # A collective some rank has not issued yet is late, not deadlocked: it fails the
+        # group at the group's timeout, as torch's own backends do; a proven deadlock (a
+        # wait-for cycle no preemption can break) is reported at pydfccl's watchdog.
         comm = communicator_from_group(C10dStoreGroup(store, rank, size, timeout),
-                                       watchdog_timeout=2 * timeout.total_seconds(),
-                                       **options)
+                                       timeout=timeout.total_seconds(), **options)
         comm.start()
         self.dfccl_group = TorchGroup(comm, timeout=timeout.total_seconds())
         self._rank, self._size = rank, size

@@ -5,7 +5,8 @@ views of arrays it keeps, are not reported."""
 import numpy as np
 
 import pydfccl
-import workers
+import rank_workers
+import shared_workers
 from pydfccl.host.buffers import dropped_by_user
 
 WARNING = ("rank 0: collective 0's in-place buffer was dropped by the user before the "
@@ -13,13 +14,13 @@ WARNING = ("rank 0: collective 0's in-place buffer was dropped by the user befor
 
 
 def _want(nranks):
-    reduced = sum(workers._inputs(r, 5, "int64", 0) for r in range(nranks))
-    gathered = np.concatenate([workers._inputs(r, 3, "int64", 1) for r in range(nranks)])
+    reduced = sum(shared_workers.rank_inputs(r, 5, "int64", 0) for r in range(nranks))
+    gathered = np.concatenate([shared_workers.rank_inputs(r, 3, "int64", 1) for r in range(nranks)])
     return [reduced.tolist(), gathered.tolist()]
 
 
 def test_dropped_buffers_are_kept_alive_and_reported():
-    per_rank = pydfccl.launch(workers.dropped_or_kept_buffers, 2, args=(True,), timeout=300)
+    per_rank = pydfccl.launch(rank_workers.dropped_or_kept_buffers, 2, args=(True,), timeout=300)
     for out in per_rank:
         assert out["results"] == _want(2)
         assert out["stats"]["dropped_buffers"] > 0
@@ -32,7 +33,7 @@ def test_dropped_buffers_are_kept_alive_and_reported():
 
 
 def test_kept_buffers_and_views_of_kept_arrays_are_not_reported():
-    per_rank = pydfccl.launch(workers.dropped_or_kept_buffers, 2, args=(False,), timeout=300)
+    per_rank = pydfccl.launch(rank_workers.dropped_or_kept_buffers, 2, args=(False,), timeout=300)
     for out in per_rank:
         assert out["results"] == _want(2)
         assert out["stats"]["dropped_buffers"] == 0

@@ -119,7 +119,7 @@ def test_host_function_calls_python_bodies_not_dispatchers():
 
 def test_copy_measurement_is_none_without_a_gpu():
     if platform.gpu_available():
-        pytest.skip("a GPU: the copy is measured (tests/test_hbm.py checks the CPU path)")
+        pytest.skip("a GPU: the copy is measured (the tests above check the CPU path)")
     assert hbm.copy_bandwidth(1 << 20) is None
     assert hbm.copy_bandwidths([8, 1 << 20]) is None
 

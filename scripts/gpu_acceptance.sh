@@ -1,17 +1,50 @@
 #!/usr/bin/env bash
-# The GPU acceptance batch: what docs/results.md reports, run on a machine with a GPU from
-# the repository root, e.g. `bash scripts/gpu_acceptance.sh chaos train`. Stages (default:
-# all of them in this order):
-#   tests   the test suite on the GPU (threads and rank processes under MPS)
-#   chaos   the chaos demo with 4 rank processes, 8 collectives x 500 iterations, a device
-#           sync after every submission
-#   train   examples/train_gpt.py with 2, 3 and 4 rank processes, RUNS runs of STEPS steps
-#           each (default 10 x 200); the first run starts from an empty kernel cache
-#           unless WARM is set (train2, train3, train4: one size alone)
-# Under $OUT (default ./out): summary.txt and logs.tgz (one log per run). Rank processes
-# share the GPU through the MPS daemon, started here and stopped at the end.
+# The GPU acceptance batch: the test suite on the GPU and the commands whose figures
+# docs/results.md lists. Run from the repository root on a machine with a GPU, e.g.
+# `bash scripts/gpu_acceptance.sh latency2 bandwidth`. Stages (default: all, in this order):
+#   tests      the test suite on the GPU (threads and rank processes under MPS)
+#   latency2   an 8-byte all-reduce, submit to completion, 2 ranks, against a launch each
+#   latency8   the same on 8 ranks
+#   many4      64 concurrent 4 KiB all-reduces on 4 ranks, against a kernel launch each
+#   bandwidth  128 MiB and 256 MiB all-reduces on 4 ranks against a device-to-device copy
+#   chaos      the chaos demo with 4 rank processes, 8 collectives x 500 iterations, a device
+#              sync after every submission
+#   chaos8     the chaos demo on 8 ranks, 200 iterations, under dfccl and under the nccl
+#              policy (which deadlocks and exits with status 3)
+#   replay     a three-rank schedule with device syncs replayed (scripts/schedules/), under
+#              dfccl and under the nccl policy (exit status 3)
+#   train      examples/train_gpt.py with 2, 3 and 4 rank processes, RUNS runs of STEPS steps
+#              each (default 10 x 200); the first run starts from an empty kernel cache
+#              unless WARM is set (train2, train3, train4: one size alone)
+# Under $OUT (default ./out): summary.txt and logs.tgz (one log per stage or run). Rank
+# processes share the GPU through the MPS daemon, started here and stopped at the end.
+set -u
+OUT=${OUT:-out}
 LOGS=${LOGS:-/tmp/pydfccl_acceptance_logs}
-source "$(dirname "$0")/gpu_common.sh"
+mkdir -p "$OUT" "$LOGS"
+# A numpy wheel in .whl/ (if any) replaces the machine's: numba-cuda 0.30 needs numpy < 2.5.
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site
+fi
+export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD" PYTHONUNBUFFERED=1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1   # for mpiexec run as root
+SUMMARY="$OUT/summary.txt"
+{ git rev-parse --short HEAD 2>/dev/null; nvidia-smi --query-gpu=name,driver_version \
+  --format=csv,noheader; python3 -m pydfccl doctor; } 2>&1 | tee "$SUMMARY"
+PY=python3
+
+stage() {  # stage NAME TIMEOUT_S COMMAND...: log to $LOGS/NAME.log, one summary line
+  local name=$1 limit=$2; shift 2
+  local t0=$SECONDS
+  timeout "$limit" "$@" > "$LOGS/$name.log" 2>&1
+  local rc=$?
+  echo "[$name] rc=$rc $((SECONDS - t0)) s: $*" | tee -a "$SUMMARY"
+  tail -n 12 "$LOGS/$name.log" | sed 's/^/    /' | tee -a "$SUMMARY"
+  tar czf "$OUT/logs.tgz" -C "$LOGS" .
+}
 RUNS=${RUNS:-10}
 STEPS=${STEPS:-200}
 DEADLINE=$((SECONDS + ${BUDGET_S:-540}))   # stop starting runs past this (the call's limit)
@@ -50,10 +83,16 @@ train_runs() {  # train_runs NAME ARGS...: RUNS runs of the example; one line of
   tar czf "$OUT/logs.tgz" -C "$LOGS" .
 }
 
-for s in ${*:-tests chaos train}; do
+SCHEDULE=scripts/schedules/three_ranks_disordered_with_syncs.json
+for s in ${*:-tests latency2 latency8 many4 bandwidth chaos chaos8 replay train}; do
   case $s in
     tests) stage tests 300 env PYDFCCL_DEADLOCK_STACKS=1 $PY -m pytest -q -rfE --tb=short \
              -p no:cacheprovider -o faulthandler_timeout=120 tests ;;
+    latency2) stage latency2 120 $PY -m pydfccl bench latency -n 2 --iters 10000 ;;
+    latency8) stage latency8 120 $PY -m pydfccl bench latency -n 8 --iters 1000 ;;
+    many4) stage many4 120 $PY -m pydfccl bench latency -n 4 -k 64 -c 1024 --iters 200 -w 20 ;;
+    bandwidth) stage bandwidth 200 $PY -m pydfccl bench --nranks 4 -b 134217728 \
+                 -e 268435456 -f 2 -n 10 -w 2 --baseline none --no-progress ;;
     train) train_runs train2 --nranks 2
            train_runs train3 --nranks 3 --tp 1 --batch 6
            train_runs train4 --nranks 4 ;;
@@ -62,6 +101,10 @@ for s in ${*:-tests chaos train}; do
     train4) train_runs train4 --nranks 4 ;;
     chaos) stage chaos4_sync 200 env PYDFCCL_BACKEND=processes $PY -m pydfccl demo -n 4 -k 8 \
              -i 500 --sync device ;;
+    chaos8) stage chaos8 100 $PY -m pydfccl demo -n 8 -k 8 -i 200 --no-progress
+            stage chaos8_nccl 60 $PY -m pydfccl demo -n 8 -k 8 -i 200 --policy nccl --no-progress ;;
+    replay) stage replay 90 $PY -m pydfccl demo --schedule $SCHEDULE
+            stage replay_nccl 60 $PY -m pydfccl demo --schedule $SCHEDULE --policy nccl --watchdog 5 ;;
     *)     echo "unknown stage $s" | tee -a "$SUMMARY" ;;
   esac
 done

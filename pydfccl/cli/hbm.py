@@ -7,7 +7,7 @@ step's ``F_RECV`` (the slot from the previous rank) and ``F_USER_IN`` (the input
 chunk written for each of ``F_SEND`` (the next rank's slot) and ``F_USER_OUT`` (the output).
 :func:`hbm_bytes` adds it up over the ranks. When every rank is on one GPU, all of it is that
 GPU's memory. For all_reduce, S bytes per rank on n ranks, it is (6n-4)S through the ring
-(:func:`all_reduce_hbm_bytes`, the sum in docs/benchmarks.md) and n(3n-1)S one-shot
+(:func:`all_reduce_hbm_bytes`) and n(3n-1)S one-shot
 (:func:`one_shot_hbm_bytes`; small messages, kernels/plans.py). These are the bytes the
 algorithm moves through global memory. They are not DRAM traffic measured by a counter: a
 slot that its reader takes soon after it was written, and any size that fits in the L2
@@ -130,7 +130,8 @@ def hbm_bytes(kind: str, nranks: int, count: int, itemsize: int = 4, *, root: in
 
 def all_reduce_hbm_bytes(nbytes: int, nranks: int) -> int:
     """The closed form for all_reduce through slots: (6n-4)S over n ranks of S bytes each
-    (docs/benchmarks.md). For n = 1 it is a copy, 2S, which the formula also gives."""
+    (over its 2(n-1) ring steps a rank reads and writes 6n-4 chunks of S/n in all). For
+    n = 1 it is a copy, 2S, which the formula also gives."""
     return (6 * nranks - 4) * nbytes
 
 

@@ -1,7 +1,7 @@
 """Timed loops without Python's cyclic garbage collector, as ``timeit`` times code.
 
 A full collection in a process that has compiled the daemon walks every object Numba made
-(about 100,000 on import alone: 54 ms on the 2-core development machine, 2026-11-30). A
+(about 100,000 on import alone: 54 ms on a 2-core machine). A
 pause that long, in the middle of a benchmark, stops the thread that submits and completes
 runs; the daemons, idle past their quit budget (5 ms), quit and must be relaunched, and the
 size being measured pays for both. The benchmarks measure the collectives, not the

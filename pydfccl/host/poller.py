@@ -37,8 +37,7 @@ __all__ = ["poller"]
 # Every busy communicator has a thread waiting in result() that drains for itself, or had
 # one this recently (it is likely back soon): the poller then only beats and watches, every
 # SLEEP_WHEN_HELPED. Each of its turns takes the GIL for microseconds; at 100 us the 2-rank
-# 8-byte latency from one thread was 66.4 us, at 1 ms 54.7 us (H200,
-# scripts/probe_host_knobs.py).
+# 8-byte latency from one thread was 66.4 us, at 1 ms 54.7 us (on an H200).
 SLEEP_WHEN_HELPED = 1e-3
 HELPED_RECENTLY = 1e-3
 SLEEP_WHEN_QUIET = 2e-6      # simulator: no spinning, short sleeps

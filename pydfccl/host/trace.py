@@ -149,8 +149,8 @@ def host_mark(rank: int, what: str, coll=None, loop: int = 0) -> dict:
 
 def clock_offset_ns(marks: list[dict], events: list[dict]) -> int:
     """How far one rank's daemon clock reads ahead of its host's, as its host ``marks`` and
-    daemon ``events`` show. A GPU's %globaltimer is not the host's clock (330 us apart on
-    the H200 on 2026-11-30; 292 to 660 us by this function on 2026-12-01), so the offset
+    daemon ``events`` show. A GPU's %globaltimer is not the host's clock (hundreds of
+    microseconds apart on an H200, and the gap drifts), so the offset
     is read off the runs: block 0 (every collective's first channel) absorbs a
     collective's nth run after the host mark before that run's MARK_RUN (the host
     submitted the run after making it), and completes the run before the host has its

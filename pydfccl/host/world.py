@@ -48,9 +48,8 @@ def resident_blocks(nthreads: int, sms: int) -> int:
 def gpu_nblocks(nranks: int, nthreads: int = MAX_THREADS) -> int:
     """A rank's daemon blocks by default on a GPU: MAX_BLOCKS (32), or the largest power of
     two that lets ``nranks`` ranks' daemons all be resident on one GPU when they share it
-    (``resident_blocks``). On the H200 at 2026-11-30 22:28, 4 ranks, 32 blocks ran 8 MiB to
-    128 MiB all-reduces 3.8 to 5.9 times faster than 4 blocks and small ones as fast
-    (docs/benchmarks.md, "Late night")."""
+    (``resident_blocks``). On an H200 with 4 ranks, 32 blocks ran 8 MiB to 128 MiB
+    all-reduces 3.8 to 5.9 times faster than 4 blocks, and small ones as fast."""
     sms = multiprocessors() or H200_MULTIPROCESSORS
     share = max(1, resident_blocks(nthreads, sms) // nranks)
     return min(L.MAX_BLOCKS, 1 << (share.bit_length() - 1))

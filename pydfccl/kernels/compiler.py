@@ -4,15 +4,15 @@ Two things that plain ``cuda.jit(cache=True)`` gets wrong for the daemon:
 
 * **The cache never hit.** The daemon is a closure over the policy's compiled functions, and
   Numba keys a closure's cache entry by pickling its cells; a pickled dispatcher carries a
-  fresh uuid in every process, so each run compiled the daemon again (12 s on the H200,
-  2026-11-29, ``gpu_check.sh startup``). Here the key is the source of the kernels and the
+  fresh uuid in every process, so each run compiled the daemon again (12 s on an H200).
+  Here the key is the source of the kernels and the
   policy's functions instead, which is what the machine code depends on.
 * **A policy could exhaust the registers.** Compiled with the ``nccl`` policy's constants the
   daemon took more than 128 registers per thread and could not launch 512 threads
   (``CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES``). The cap (:func:`register_cap`) follows the
   block's width: 128 for 512 threads, which makes every policy launchable, and more for
   narrower blocks, so that thread 0's scheduler keeps its state in registers. Under the
-  128 cap ptxas spills (2026-11-30, CUDA 13.5's nvJitLink for sm_90, the dfccl daemon: a
+  128 cap ptxas spills (CUDA 13.5's nvJitLink for sm_90, the dfccl daemon: a
   248-byte stack frame, 630 bytes of spill stores and 772 of loads; 256, 634 and 780 before
   ``divide.py``; at 168, 80 and 48; uncapped it takes 222 registers and spills nothing).
 

@@ -261,8 +261,8 @@ def _idle(st, pool):
     """Time since the rank's last progress, any block's: a block whose share is done while
     its siblings still work on a collective is not idle, or it would quit, and the launch,
     which must end whole to be relaunched, would wait for each sibling to go idle in turn
-    (H200, 2026-11-30: 256 MiB runs waited one by one took 14.6 ms that way at 02:20,
-    2.0 ms once idle was the rank's at 02:32)."""
+    (on an H200, 256 MiB runs waited one by one took 14.6 ms that way, 2.0 ms once idle
+    was the rank's)."""
     return now_ns() - max(st[S_IDLE_SINCE], load_volatile(pool + P_RANK_PROGRESS))
 
 
@@ -279,9 +279,9 @@ def _sq_turn(pool, busy):
 def _copy_sq(ctl, pool, f, limit):
     """At the rank's SQ turn: copy the SQ's entries from ``f`` on (up to entry ``limit``)
     into the pool's ``sq_copy`` and raise ``sq_seen`` past them, before any is taken, so
-    that the block with a run's share learns of it with the block that read it (on the
-    H200, 2026-11-30, a sibling took a run 2.1 to 3.2 us after the reader when the copies
-    were published after the reader's own takes, 0.3 to 1.1 us since). Returns the new
+    that the block with a run's share learns of it with the block that read it (on an
+    H200 a sibling took a run 2.1 to 3.2 us after the reader when the copies were
+    published after the reader's own takes, 0.3 to 1.1 us this way). Returns the new
     ``sq_seen``."""
     first = f
     entry = ctl + CTL_SQ + (f % SQ_CAP) * SQ_SIZE
@@ -757,6 +757,6 @@ def compile_now(kernel) -> None:
     """Compile (or load from the disk cache) the daemon's one specialization and load it
     into the current context. Loading it once, here, matters: numba-cuda's table of loaded
     modules is not safe for two rank threads that launch a new kernel at the same moment
-    (``AssertionError: key already in dictionary: <CUlibrary>`` on the H200, 2026-11-29)."""
+    (``AssertionError: key already in dictionary: <CUlibrary>``)."""
     if hasattr(kernel, "compile"):    # the simulator's kernels run as Python
         kernel.compile(DAEMON_SIGNATURE).bind()

@@ -6,7 +6,7 @@ time (ranks, slots, element sizes). The GPU has no divide instruction: ptxas exp
 runs its steps alone, so each division's latency adds to every step. The operands are
 almost always small, so these functions take the 32-bit path when both fit and fall back
 to 64 bits otherwise: the same result either way. On an H200 they took about 290 cycles
-(0.15 us) off handing a step to the block (2026-11-30, ``docs/benchmarks.md``, "Night").
+(0.15 us) off handing a step to the block.
 """
 
 import numpy as np

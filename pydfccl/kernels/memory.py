@@ -349,7 +349,7 @@ else:
     @intrinsic
     def now_ns(typingctx):
         """The GPU's nanosecond clock ``%globaltimer``, re-read on every call (it ticks every
-        64 ns on the H200: scripts/probe_timer.py, 2026-11-29)."""
+        64 ns on an H200)."""
         def codegen(context, builder, sig, args):
             return _asm(builder, "mov.u64 $0, %globaltimer;", "=l,~{memory}", [], _i64)
 

@@ -25,15 +25,14 @@ __all__ = ["ring_index", "ring_step", "chunk_span", "channel_span", "channel_cou
 # move at least this many bytes, or a whole slot when slots are smaller. Channels counted
 # in whole loops (a slot per chunk) left a world of large slots with few busy blocks at
 # middle sizes: 16 MiB on 4 ranks with 32 blocks of 512 KiB slots took 8 of the 32, each
-# moving 512 KiB a step. With all 32, 8 MiB took 113 us instead of 3,100 on the H200
-# (2026-11-30 11:27, docs/benchmarks.md, "Before noon").
+# moving 512 KiB a step. With all 32, 8 MiB took 113 us instead of 3,100 on an H200.
 MIN_CHANNEL_CHUNK = 64 * 1024
 
 
 @cuda.jit(device=True)
 def ring_index(x, n):
     """``x % n`` for 0 <= x < 3n, without a division: thread 0 plans every step, and a
-    64-bit division by a runtime value takes about 0.1 us on the H200 (probe_step)."""
+    64-bit division by a runtime value takes about 0.1 us on an H200."""
     if x >= n:
         x -= n
     if x >= n:

@@ -5,7 +5,7 @@ A build option for people who tune the daemon, not a counter of every run: with
 compiled (a kernel of its own, cached apart) with a mark between the phases of thread 0's
 loop. A mark adds the ``%clock64`` cycles since the previous mark to its phase's counter
 in shared memory; a block adds its counters to the pool's ``step_phases`` when it exits.
-Without the option every mark compiles to nothing. ``scripts/probe_step_phases.py`` runs
+Without the option every mark compiles to nothing. ``scripts/profile_steps.py`` runs
 steps and prints the phases.
 
 The phases, in thread 0's order: ``idle`` (passes with no task), ``sq`` (a read of the

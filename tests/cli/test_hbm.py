@@ -32,7 +32,7 @@ def test_all_reduce_bytes_are_the_closed_form(nranks):
 
 def test_all_reduce_per_rank_is_the_step_sum_when_chunks_are_even():
     # n=4, S = 4 chunks of one slot each, one loop: 2 + 3*(n-2) + 4 + 3*(n-2) + 2 chunks
-    # per rank, read and written as docs/benchmarks.md counts them
+    # per rank, read and written as hbm.rank_traffic counts them
     n, slot = 4, 256
     count = n * slot // 4
     chunk = slot
@@ -119,7 +119,7 @@ def test_host_function_calls_python_bodies_not_dispatchers():
 
 def test_copy_measurement_is_none_without_a_gpu():
     if platform.gpu_available():
-        pytest.skip("a GPU: the copy is measured (tests/test_hbm.py checks the CPU path)")
+        pytest.skip("a GPU: the copy is measured (the tests above check the CPU path)")
     assert hbm.copy_bandwidth(1 << 20) is None
     assert hbm.copy_bandwidths([8, 1 << 20]) is None
 

@@ -2,7 +2,6 @@
 H200 (layout.py): the SQ's turn and the abort word, checked by calling the
 two device functions that do it in a simulator process."""
 
-import workers
 
 SCRIPT = r"""
 import json
@@ -56,8 +55,8 @@ print(json.dumps(out))
 """
 
 
-def test_a_ranks_blocks_share_their_host_reads():
-    r = workers.simulated_report(SCRIPT)
+def test_a_ranks_blocks_share_their_host_reads(simulated_report):
+    r = simulated_report(SCRIPT)
     # the abort word
     assert r["not_its_turn"] is False             # set, but no read before the rank's turn
     assert r["its_turn"] is True and r["shared"] == 1

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import pydfccl
-import workers
+import shared_workers
 from pydfccl import platform
 from pydfccl.protocol.codes import DTYPES
 from pydfccl.protocol.reference import buffer_elems
@@ -191,8 +191,8 @@ print(json.dumps(dict(cases=len(checks), vector_cases=int(vector_cases),
 """
 
 
-def test_movers_match_numpy_on_every_dtype_verb_op_count_and_offset():
-    report = workers.simulated_report(SCRIPT)
+def test_movers_match_numpy_on_every_dtype_verb_op_count_and_offset(simulated_report):
+    report = simulated_report(SCRIPT)
     assert report["nfailures"] == 0, report["failures"]
     # vectors on the aligned (and equally misaligned) cases, elements alone on the rest
     assert 0 < report["vector_cases"] < report["cases"], report
@@ -203,7 +203,7 @@ def test_movers_match_numpy_on_every_dtype_verb_op_count_and_offset():
 
 
 def offset_cases(comm, cases, offset):
-    """``workers.collective_cases`` on user buffers that start ``offset`` elements into
+    """``shared_workers.collective_cases`` on user buffers that start ``offset`` elements into
     their allocation (a slice, as a numpy or CuPy user may pass)."""
     for i, (kind, count, dtype, op, root) in enumerate(cases):
         comm.prepare(i, kind, count=count, dtype=dtype, op=op, root=root)
@@ -213,7 +213,7 @@ def offset_cases(comm, cases, offset):
         send_elems, recv_elems = buffer_elems(kind, count, comm.nranks)
         send = comm.empty(send_elems + offset, dtype)
         recv = comm.empty(recv_elems + offset, dtype)
-        platform.copy_in(send[offset:], workers._inputs(comm.rank, send_elems, dtype, i))
+        platform.copy_in(send[offset:], shared_workers.rank_inputs(comm.rank, send_elems, dtype, i))
         platform.copy_in(recv[offset:], np.full(recv_elems, 99, dtype))
         keep.append((send, recv))
         futures[i] = comm.run(i, send[offset:], recv[offset:])
@@ -244,7 +244,7 @@ def test_collectives_on_misaligned_buffers(nranks, offset):
     per_rank = pydfccl.launch(offset_cases, nranks, args=(cases, offset), timeout=300)
     for rank, outputs in enumerate(per_rank):
         for i, (kind, count, dtype, op, root) in enumerate(cases):
-            want = workers.expected_collective(kind, nranks, rank, count, dtype, op, root, i)
+            want = shared_workers.expected_collective(kind, nranks, rank, count, dtype, op, root, i)
             if want is None:
                 continue
             got = np.array(outputs[i], dtype=dtype)

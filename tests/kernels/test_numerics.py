@@ -14,7 +14,6 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-import workers
 from pydfccl.host.buffers import check_buffer, dtype_accepted
 from pydfccl.protocol.codes import BFLOAT16, DTYPES, dtype_code, normalize_dtype, storage_dtype
 from pydfccl.host.communicator import CollSpec
@@ -100,8 +99,8 @@ print(json.dumps(report))
 """
 
 
-def test_conversions_and_ring_order_in_the_simulator():
-    report = workers.simulated_report(SCRIPT)
+def test_conversions_and_ring_order_in_the_simulator(simulated_report):
+    report = simulated_report(SCRIPT)
     assert report["widen_exact"]
     assert report["narrow_matches_ml_dtypes"]
     assert report["nan_count"] > 0 and report["nan_stays_nan"]

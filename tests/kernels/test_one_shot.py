@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import pydfccl
-import workers
+import one_shot_workers
+import shared_workers
 from pydfccl.cli.demo import DemoOptions, run_demo
 from pydfccl.kernels.plans import ONE_SHOT, ONE_SHOT_BYTES, lane_bytes, one_shot, table_kind
 from pydfccl.protocol.reference import _reduce, reference
@@ -60,11 +61,11 @@ def _cases(nranks):
 @pytest.mark.parametrize("nranks", [2, 4])
 def test_small_all_reduces_run_one_shot_in_rank_order(nranks):
     cases = _cases(nranks)
-    per_rank = pydfccl.launch(workers.traced_collective_cases, nranks, args=(cases,),
+    per_rank = pydfccl.launch(shared_workers.traced_collective_cases, nranks, args=(cases,),
                               timeout=300, policy=pydfccl.get_policy("dfccl").with_params(
                                   ORDER_BY_ID=0))
     for i, (kind, count, dtype, op, root) in enumerate(cases):
-        want = workers.expected_collective(kind, nranks, 0, count, dtype, op, root, i)
+        want = shared_workers.expected_collective(kind, nranks, 0, count, dtype, op, root, i)
         for rank, out in enumerate(per_rank):
             got = np.array(out["results"][i], dtype=dtype)
             assert np.array_equal(got, want), f"rank {rank}: {cases[i]}"
@@ -72,7 +73,7 @@ def test_small_all_reduces_run_one_shot_in_rank_order(nranks):
         # The 16-bit sums tell the orders apart: the ring's (chunk c of the one loop from
         # rank c + 1 round) would not have matched.
         count = cases[0][1]
-        inputs = [workers._inputs(r, count, "float16", 0) for r in range(nranks)]
+        inputs = [shared_workers.rank_inputs(r, count, "float16", 0) for r in range(nranks)]
         ring_first = (np.arange(count) // -(-count // nranks) + 1) % nranks
         assert not np.array_equal(_reduce(inputs, "sum", ring_first),
                                   reference("all_reduce", inputs, "sum"))
@@ -111,7 +112,7 @@ def test_ranks_that_disagree_on_one_shot_are_refused(late):
     # other side may be rank 0, rank 2 or both
     with pytest.raises(pydfccl.RankFailedError,
                        match=r"collective 0: field 'one_shot' differs across ranks") as info:
-        pydfccl.launch(workers.one_shot_limits_differ, 3, args=(late,), watchdog_timeout=4.0,
+        pydfccl.launch(one_shot_workers.one_shot_limits_differ, 3, args=(late,), watchdog_timeout=4.0,
                        timeout=120)
     text = str(info.value)
     assert "ranks [1]: False" in text

@@ -6,19 +6,20 @@ keeps."""
 import numpy as np
 
 import pydfccl
-import workers
+import rank_workers
+import shared_workers
 from pydfccl.host.buffers import dropped_by_user
 
 def _want(nranks):
-    reduced = sum(workers._inputs(r, 5, "int64", 0) for r in range(nranks))
-    gathered = np.concatenate([workers._inputs(r, 3, "int64", 1) for r in range(nranks)])
+    reduced = sum(shared_workers.rank_inputs(r, 5, "int64", 0) for r in range(nranks))
+    gathered = np.concatenate([shared_workers.rank_inputs(r, 3, "int64", 1) for r in range(nranks)])
     return [reduced.tolist(), gathered.tolist()]
 
 
 def test_buffers_dropped_while_their_futures_are_kept_live_on_silently():
     """The futures hold their buffers: a user who keeps the future can still read its
     result, so nothing was dropped by mistake (``test_arrays.py`` drops the futures too)."""
-    per_rank = pydfccl.launch(workers.dropped_or_kept_buffers, 2, args=(True,), timeout=300)
+    per_rank = pydfccl.launch(rank_workers.dropped_or_kept_buffers, 2, args=(True,), timeout=300)
     for out in per_rank:
         assert out["results"] == _want(2)
         assert out["stats"]["dropped_buffers"] == 0
@@ -26,7 +27,7 @@ def test_buffers_dropped_while_their_futures_are_kept_live_on_silently():
 
 
 def test_kept_buffers_and_views_of_kept_arrays_are_not_reported():
-    per_rank = pydfccl.launch(workers.dropped_or_kept_buffers, 2, args=(False,), timeout=300)
+    per_rank = pydfccl.launch(rank_workers.dropped_or_kept_buffers, 2, args=(False,), timeout=300)
     for out in per_rank:
         assert out["results"] == _want(2)
         assert out["stats"]["dropped_buffers"] == 0

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import pydfccl
-import workers
+import rank_workers
+import shared_workers
 from pydfccl import platform
 from pydfccl.protocol.reference import reference
 
@@ -31,7 +32,7 @@ def _check(nranks, cases, per_rank, **sizes):
     for rank, outputs in enumerate(per_rank):
         for i, (kind, count, dtype, op, root) in enumerate(cases):
             root = root % nranks
-            want = workers.expected_collective(kind, nranks, rank, count, dtype, op, root, i,
+            want = shared_workers.expected_collective(kind, nranks, rank, count, dtype, op, root, i,
                                                **sizes)
             if want is None:
                 continue
@@ -46,26 +47,26 @@ RANK_COUNTS = [2, 3] + ([4, 8] if platform.gpu_available() else [])
 @pytest.mark.parametrize("nranks", RANK_COUNTS)
 def test_every_kind_matches_numpy(nranks):
     cases = [(k, c, d, o, r % nranks) for k, c, d, o, r in CASES]
-    _check(nranks, cases, pydfccl.launch(workers.collective_cases, nranks, args=(cases, True),
+    _check(nranks, cases, pydfccl.launch(shared_workers.collective_cases, nranks, args=(cases, True),
                                          timeout=300))
 
 
 def test_single_rank_kinds_are_copies():
     cases = [(k, c, d, o, 0) for k, c, d, o, _ in CASES]
-    _check(1, cases, pydfccl.launch(workers.collective_cases, 1, args=(cases,), timeout=120))
+    _check(1, cases, pydfccl.launch(shared_workers.collective_cases, 1, args=(cases,), timeout=120))
 
 
 def test_kinds_across_channels():
     cases = [("all_gather", 300, "float32", "sum", 0), ("reduce_scatter", 300, "int32", "sum", 0),
              ("broadcast", 500, "int64", "sum", 1), ("reduce", 500, "float64", "max", 0),
              ("all_to_all", 100, "int64", "sum", 0)]
-    _check(2, cases, pydfccl.launch(workers.collective_cases, 2, args=(cases, True),
+    _check(2, cases, pydfccl.launch(shared_workers.collective_cases, 2, args=(cases, True),
                                     timeout=300, nblocks=3, slot_bytes=128))
 
 
 # float16 and bfloat16: every kind, every op of the reducing kinds, counts of 1 and around
 # the simulator's slot (256 bytes: 128 elements; an all_reduce loop holds nranks slots).
-# Their inputs are values with more bits than the type holds (workers._inputs), so every
+# Their inputs are values with more bits than the type holds (shared_workers.rank_inputs), so every
 # ring step rounds and the results match only the reference that reduces in the ring's
 # order with the same rounding: they are compared exactly.
 HALF_CASES = [  # (kind, count, op, root)
@@ -86,7 +87,7 @@ HALF_CASES = [  # (kind, count, op, root)
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_16bit_floats_round_at_every_ring_step(nranks, dtype):
     cases = [(k, c, dtype, o, r % nranks) for k, c, o, r in HALF_CASES]
-    _check(nranks, cases, pydfccl.launch(workers.collective_cases, nranks, args=(cases, True),
+    _check(nranks, cases, pydfccl.launch(shared_workers.collective_cases, nranks, args=(cases, True),
                                          timeout=300, max_colls=len(cases)))
 
 
@@ -96,7 +97,7 @@ def test_16bit_floats_across_channels():
     sizes = dict(nblocks=3, slot_bytes=64)
     cases = [("all_reduce", 200, "float16", "sum", 0), ("all_reduce", 170, "bfloat16", "avg", 0),
              ("reduce_scatter", 100, "bfloat16", "sum", 0), ("reduce", 90, "float16", "prod", 1)]
-    _check(3, cases, pydfccl.launch(workers.collective_cases, 3, args=(cases, True),
+    _check(3, cases, pydfccl.launch(shared_workers.collective_cases, 3, args=(cases, True),
                                     timeout=300, **sizes), **sizes)
 
 
@@ -113,7 +114,7 @@ def test_chaos_demo_mixes_every_kind():
 
 def test_integer_average_truncates_toward_zero_as_nccl():
     want = [-1, 0, 1, -2]    # sums -3, -1, 3, -5 over 2 ranks; floor would give -2, -1, 1, -3
-    assert pydfccl.launch(workers.negative_average, 2, timeout=120) == [want, want]
+    assert pydfccl.launch(rank_workers.negative_average, 2, timeout=120) == [want, want]
     inputs = [np.array([-3, -1, 2, -7], np.int32), np.array([0, 0, 1, 2], np.int32)]
     assert reference("all_reduce", inputs, "avg").tolist() == want
 
@@ -130,5 +131,5 @@ def test_channels_of_less_than_a_loop_with_large_slots():
              ("reduce_scatter", 10000, "float64", "max", 0)]
     assert channel_count(True, 20000, 8, 2, **sizes) == 2
     assert channel_count(False, 10000, 8, 2, **sizes) == 2
-    _check(2, cases, pydfccl.launch(workers.collective_cases, 2, args=(cases, True),
+    _check(2, cases, pydfccl.launch(shared_workers.collective_cases, 2, args=(cases, True),
                                     timeout=600, **sizes), **sizes)

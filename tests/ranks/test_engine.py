@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import pydfccl
-import workers
+import rank_workers
+import shared_workers
 from pydfccl.cli.demo import DemoOptions, run_demo
 
 CASES = [  # (count, dtype, op): counts off the slot and chunk sizes, down to 1 element
@@ -31,34 +32,34 @@ CASES = [  # (count, dtype, op): counts off the slot and chunk sizes, down to 1 
 def _check(nranks, cases, per_rank):
     for rank, out in enumerate(per_rank):
         for i, (count, dtype, op) in enumerate(cases):
-            want = workers.expected(nranks, count, dtype, op, i)
+            want = shared_workers.expected(nranks, count, dtype, op, i)
             got = np.array(out["results"][i], dtype=dtype)
             assert np.array_equal(got, want), f"rank {rank}, case {cases[i]}"
 
 
 @pytest.mark.parametrize("nranks", [2, 3, 4])
 def test_all_reduce_exact_for_odd_counts_ops_and_dtypes(nranks):
-    per_rank = pydfccl.launch(workers.allreduce_cases, nranks, args=(CASES,), timeout=300)
+    per_rank = pydfccl.launch(rank_workers.allreduce_cases, nranks, args=(CASES,), timeout=300)
     _check(nranks, CASES, per_rank)
     assert all(r["stats"]["completed"] == len(CASES) for r in per_rank)
 
 
 def test_in_place_and_repeated_runs():
     cases = CASES[:4]
-    per_rank = pydfccl.launch(workers.allreduce_cases, 3, args=(cases, True, 3), timeout=300)
+    per_rank = pydfccl.launch(rank_workers.allreduce_cases, 3, args=(cases, True, 3), timeout=300)
     _check(3, cases, per_rank)
     assert all(r["stats"]["completed"] == 3 * len(cases) for r in per_rank)
 
 
 def test_single_rank_is_a_copy():
     cases = [(5, "float32", "sum"), (9, "int64", "avg")]
-    _check(1, cases, pydfccl.launch(workers.allreduce_cases, 1, args=(cases,), timeout=120))
+    _check(1, cases, pydfccl.launch(rank_workers.allreduce_cases, 1, args=(cases,), timeout=120))
 
 
 def test_several_blocks_and_threads_per_rank():
     """Channels (blocks) and threads per block split the data; results stay exact."""
     cases = [(3000, "float32", "sum"), (2, "int64", "max")]
-    per_rank = pydfccl.launch(workers.allreduce_cases, 2, args=(cases,), timeout=300,
+    per_rank = pydfccl.launch(rank_workers.allreduce_cases, 2, args=(cases,), timeout=300,
                               nblocks=3, nthreads=2, slot_bytes=128)
     _check(2, cases, per_rank)
 
@@ -70,13 +71,13 @@ def test_several_runs_of_a_collective_in_flight_stay_apart(count):
     With 3 blocks, 2 elements leave one block without a share (it finishes each run as it
     takes it), and 300 take several loops, preempted in rotated orders."""
     ncolls, runs, nranks = 2, 5, 3
-    per_rank = pydfccl.launch(workers.runs_in_flight, nranks, args=(ncolls, runs, count),
+    per_rank = pydfccl.launch(rank_workers.runs_in_flight, nranks, args=(ncolls, runs, count),
                               nblocks=3, slot_bytes=128, timeout=300)
     for out in per_rank:
         assert out["submitted_at_once"] == ncolls * runs
         for k in range(ncolls):
             for i in range(runs):
-                want = sum(workers._inputs(r, count, "int64", out["salt"][k][i])
+                want = sum(shared_workers.rank_inputs(r, count, "int64", out["salt"][k][i])
                            for r in range(nranks))
                 assert out["results"][f"{k},{i}"] == want.tolist(), (k, i)
         assert out["stats"]["completed"] == ncolls * runs
@@ -91,13 +92,13 @@ def test_launch_per_call_holds_frees_and_each_launch_takes_the_runs_before_it():
     arrive: the baseline holds Numba's frees from each launch until nothing is outstanding.
     Several runs of a collective go to the SQ, and a launch takes those submitted before it
     and no more (its ``limit``), so that all its blocks take the same runs."""
-    per_rank = pydfccl.launch(workers.frees_held_while_launched, 2, args=(3,),
+    per_rank = pydfccl.launch(rank_workers.frees_held_while_launched, 2, args=(3,),
                               persistent=False, timeout=300)
     for out in per_rank:
         assert out["held"] and all(out["held"]), out["held"]
         assert out["held_after"] is False
         assert out["stats"]["completed"] == 3
-    (out,) = pydfccl.launch(workers.baseline_launch_takes_runs_up_to_its_limit, 1, args=(3,),
+    (out,) = pydfccl.launch(rank_workers.baseline_launch_takes_runs_up_to_its_limit, 1, args=(3,),
                             persistent=False, timeout=120)
     assert out["submitted"] == 3
     assert out["done_after_first"] == [True, False, False]
@@ -110,11 +111,11 @@ def test_preempted_collectives_resume_exactly():
     (mid-flight too: several loops each) and resumed from their saved step."""
     ncolls, count = 3, 500
     paper_order = pydfccl.get_policy("dfccl").with_params(ORDER_BY_ID=0)
-    per_rank = pydfccl.launch(workers.opposite_orders, 2, args=(ncolls, count),
+    per_rank = pydfccl.launch(rank_workers.opposite_orders, 2, args=(ncolls, count),
                               policy=paper_order, timeout=300)
     for out in per_rank:
         for k in range(ncolls):
-            want = sum(workers._inputs(r, count, "int64", k) for r in range(2))
+            want = sum(shared_workers.rank_inputs(r, count, "int64", k) for r in range(2))
             assert out["results"][k] == want.tolist()
     assert sum(r["stats"]["preemptions"] for r in per_rank) > 0
 
@@ -135,10 +136,10 @@ def test_chaos_demo_deadlock_is_reported_under_nccl():
 
 
 def test_device_sync_between_submissions_needs_voluntary_quits():
-    per_rank = pydfccl.launch(workers.sync_between_submissions, 2, args=(3,), timeout=300)
+    per_rank = pydfccl.launch(rank_workers.sync_between_submissions, 2, args=(3,), timeout=300)
     for out in per_rank:
         for k in range(3):
-            want = sum(workers._inputs(r, 5, "int32", k) for r in range(2))
+            want = sum(shared_workers.rank_inputs(r, 5, "int32", k) for r in range(2))
             assert out["results"][k] == want.tolist()
         # each launch's blocks count their exits on from the last (the pool's counters)
         assert out["stats"]["quits"] >= out["stats"]["relaunches"], out["stats"]
@@ -147,19 +148,19 @@ def test_device_sync_between_submissions_needs_voluntary_quits():
 
 def test_device_sync_under_nccl_is_a_reported_deadlock():
     with pytest.raises(pydfccl.RankFailedError, match="deadlock"):
-        pydfccl.launch(workers.sync_between_submissions, 2, args=(3,), policy="nccl",
+        pydfccl.launch(rank_workers.sync_between_submissions, 2, args=(3,), policy="nccl",
                        watchdog_timeout=3.0, timeout=120)
 
 
 def test_sync_behind_an_idle_daemon():
-    assert pydfccl.launch(workers.sync_after_completion, 2, timeout=120) == [[2.0] * 4] * 2
+    assert pydfccl.launch(rank_workers.sync_after_completion, 2, timeout=120) == [[2.0] * 4] * 2
     with pytest.raises(pydfccl.RankFailedError, match="host blocked in a device synchronize"):
-        pydfccl.launch(workers.sync_after_completion, 2, policy="nccl", watchdog_timeout=3.0,
+        pydfccl.launch(rank_workers.sync_after_completion, 2, policy="nccl", watchdog_timeout=3.0,
                        timeout=120)
 
 
 def test_status_shows_who_waits_for_whom():
-    out = pydfccl.launch(workers.status_while_waiting, 2, timeout=120)
+    out = pydfccl.launch(rank_workers.status_while_waiting, 2, timeout=120)
     seen = out[0]["seen"]
     assert seen[0]["outstanding"] == 1 and seen[1]["outstanding"] == 0
     block = seen[0]["blocks"][0]
@@ -177,13 +178,13 @@ def test_mismatched_prepare_names_collective_field_and_ranks():
     with pytest.raises(pydfccl.RankFailedError,
                        match=r"collective 0: field 'count' differs across ranks "
                              r"\(ranks \[0, 2\]: 10; ranks \[1\]: 11\)"):
-        pydfccl.launch(workers.mismatched, 3, timeout=120)
+        pydfccl.launch(rank_workers.mismatched, 3, timeout=120)
 
 
 def test_worker_exception_names_its_rank_and_frees_the_others():
     started = time.monotonic()
     with pytest.raises(pydfccl.RankFailedError, match="rank 1: KeyError") as info:
-        pydfccl.launch(workers.raises_on_rank_one, 2, timeout=120)
+        pydfccl.launch(rank_workers.raises_on_rank_one, 2, timeout=120)
     assert info.value.rank == 1
     assert time.monotonic() - started < 60
 
@@ -191,13 +192,13 @@ def test_worker_exception_names_its_rank_and_frees_the_others():
 def test_killed_rank_fails_the_others_and_leaves_nothing_behind():
     started = time.monotonic()
     with pytest.raises(pydfccl.RankFailedError, match="rank 1: process died with exit code 9"):
-        pydfccl.launch(workers.dies_mid_collective, 3, backend="processes", timeout=120)
+        pydfccl.launch(rank_workers.dies_mid_collective, 3, backend="processes", timeout=120)
     assert time.monotonic() - started < 60
     assert multiprocessing.active_children() == []
 
 
 def test_callbacks_run_and_stats_count():
-    (out,) = pydfccl.launch(workers.callbacks_and_stats, 1, timeout=120)
+    (out,) = pydfccl.launch(rank_workers.callbacks_and_stats, 1, timeout=120)
     assert out["seen"] == [[1.0, 2.0, 3.0]]
     stats = out["stats"]
     assert stats["submitted"] == stats["completed"] == 1
@@ -206,13 +207,13 @@ def test_callbacks_run_and_stats_count():
 
 def test_unknown_policy_and_backend_are_refused():
     with pytest.raises(ValueError, match="unknown backend"):
-        pydfccl.launch(workers.mismatched, 1, backend="carrier-pigeon")
+        pydfccl.launch(rank_workers.mismatched, 1, backend="carrier-pigeon")
     with pytest.raises(ValueError, match="unknown policy 'bogus'"):
         pydfccl.get_policy("bogus")
 
 
 def test_barrier_waits_for_every_rank():
-    waited = pydfccl.launch(workers.barrier_wait, 2, timeout=120)
+    waited = pydfccl.launch(rank_workers.barrier_wait, 2, timeout=120)
     assert waited[0] > 0.3 and waited[1] < waited[0], waited
 
 

@@ -6,11 +6,11 @@ import pytest
 import pydfccl
 from pydfccl.host.registration import LatePlacer
 
-import workers
+import rank_workers
 
 
 def test_late_collectives_and_transfers_run():
-    per_rank = pydfccl.launch(workers.late_registration, 3, timeout=300)
+    per_rank = pydfccl.launch(rank_workers.late_registration, 3, timeout=300)
     for rank, out in enumerate(per_rank):
         assert out["all_reduce"] == [6.0] * 5
         assert out["broadcast"] == [1] * 3
@@ -29,7 +29,7 @@ def test_late_collectives_and_transfers_run():
 ])
 def test_late_mismatch_fails_with_the_difference(case, match):
     with pytest.raises(pydfccl.RankFailedError, match=match):
-        pydfccl.launch(workers.late_mismatch, 2, args=(case,), watchdog_timeout=4.0,
+        pydfccl.launch(rank_workers.late_mismatch, 2, args=(case,), watchdog_timeout=4.0,
                        timeout=120)
 
 

@@ -10,7 +10,7 @@ import time
 import pytest
 
 import pydfccl
-import workers
+import rank_workers
 from pydfccl import platform
 from pydfccl.errors import PydfcclError
 from pydfccl.host.launcher import Launcher, LauncherError, LaunchState
@@ -161,7 +161,7 @@ def test_completions_the_host_has_not_drained_launch_no_daemon():
     an H200."""
     quit_after = get_policy("dfccl").param_array(platform.SIMULATOR)[3] / 1e9
     seconds = 10 * quit_after if platform.SIMULATOR else 0.1
-    per_rank = pydfccl.launch(workers.undrained_completions, 2, args=(seconds,))
+    per_rank = pydfccl.launch(rank_workers.undrained_completions, 2, args=(seconds,))
     for out in per_rank:
         assert out["total"] == [3.0] * 4
         assert out["stamped"] == 1 and out["waited"] == 1, out

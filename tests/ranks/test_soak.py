@@ -7,7 +7,8 @@ import pytest
 
 import pydfccl
 from pydfccl.protocol import layout as L
-import workers
+import rank_workers
+import shared_workers
 
 NEVER_QUICK = 10**15   # ns: a budget no wait here reaches
 
@@ -19,17 +20,17 @@ NEVER_QUICK = 10**15   # ns: a budget no wait here reaches
 ], ids=["fixed-1ns", "dfccl-1ns", "dfccl-huge"])
 def test_extreme_budgets_still_complete_exactly(policy):
     ncolls, count = 3, 200
-    per_rank = pydfccl.launch(workers.opposite_orders, 2, args=(ncolls, count), policy=policy,
+    per_rank = pydfccl.launch(rank_workers.opposite_orders, 2, args=(ncolls, count), policy=policy,
                               timeout=300)
     for out in per_rank:
         for k in range(ncolls):
-            want = sum(workers._inputs(r, count, "int64", k) for r in range(2))
+            want = sum(shared_workers.rank_inputs(r, count, "int64", k) for r in range(2))
             assert out["results"][k] == want.tolist()
 
 
 def test_more_runs_than_the_queue_holds_are_queued_not_dropped():
     runs = 300   # far more than RUNS_IN_FLIGHT: the host holds the rest back
-    per_rank = pydfccl.launch(workers.many_runs_without_waiting, 2, args=(runs,), timeout=600)
+    per_rank = pydfccl.launch(rank_workers.many_runs_without_waiting, 2, args=(runs,), timeout=600)
     for out in per_rank:
         assert out["results"] == [2 * i + 1 for i in range(runs)]
         assert out["order"] == list(range(runs))
@@ -39,7 +40,7 @@ def test_more_runs_than_the_queue_holds_are_queued_not_dropped():
 
 
 def test_threads_and_launches_stay_bounded():
-    (out,) = pydfccl.launch(workers.steady_resources, 1, args=(400,), timeout=300)
+    (out,) = pydfccl.launch(rank_workers.steady_resources, 1, args=(400,), timeout=300)
     assert len(set(out["threads"])) == 1, out["threads"]
     # Once warm, 300 more collectives leave the heap as it was: no per-run residue.
     first, last = out["objects"][1], out["objects"][-1]

@@ -8,7 +8,8 @@ import json
 import numpy as np
 
 import pydfccl
-import workers
+import rank_workers
+import shared_workers
 from pydfccl.kernels.plans import one_shot
 from pydfccl.kernels.ring import channel_count
 from pydfccl.host.trace import to_chrome
@@ -26,7 +27,7 @@ def _runs(events):
 
 def test_trace_shows_every_collective_loaded_preempted_resumed_completed():
     paper_order = pydfccl.get_policy("dfccl").with_params(ORDER_BY_ID=0)
-    per_rank = pydfccl.launch(workers.traced_opposite_orders, 2, args=(3, 500),
+    per_rank = pydfccl.launch(rank_workers.traced_opposite_orders, 2, args=(3, 500),
                               policy=paper_order, timeout=300)
     events = [e for out in per_rank for e in out["trace"]]
     assert all(out["lost"] == 0 for out in per_rank)
@@ -71,10 +72,10 @@ def test_blocks_beyond_a_collectives_channels_leave_its_runs_alone():
     run once, with exact sums."""
     counts, runs = (1, 96), 3
     assert [channel_count(True, n, 8, 2, 3, 64) for n in counts] == [1, 3]
-    per_rank = pydfccl.launch(workers.traced_counts, 2, args=(counts, runs), nblocks=3,
+    per_rank = pydfccl.launch(rank_workers.traced_counts, 2, args=(counts, runs), nblocks=3,
                               slot_bytes=64, timeout=300)
     for k, n in enumerate(counts):
-        want = sum(workers._inputs(r, n, "int64", k) for r in range(2)).tolist()
+        want = sum(shared_workers.rank_inputs(r, n, "int64", k) for r in range(2)).tolist()
         assert all(out["results"][k] == want for out in per_rank), k
     assert all(out["lost"] == 0 and out["stats"]["completed"] == runs * len(counts)
                for out in per_rank)

@@ -1,5 +1,6 @@
-"""What each rank runs in tests/test_torch.py: ``python tests/torch_workers.py CASE``, with
-torchrun's variables set by ``pydfccl.torch.spawn``. Prints ``RESULT <json>`` last."""
+"""What each rank runs in tests/torch/test_torch.py: ``python tests/torch/torch_workers.py
+CASE``, with torchrun's variables set by ``pydfccl.torch.spawn``. Prints ``RESULT <json>``
+last."""
 
 import json
 import os

@@ -1,6 +1,6 @@
 """The hot path's divisions (kernels/divide.py) give Python's results on both sides of the
 32-bit fast path (as Python here; the GPU runs them in every collective's plan and move,
-tests/test_collectives.py on the device)."""
+tests/ranks/test_collectives.py on the device)."""
 
 from pydfccl.kernels.divide import quotient, remainder
 

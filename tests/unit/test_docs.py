@@ -34,11 +34,13 @@ quick start show the same demo).
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
 import subprocess
 import sys
+import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -254,6 +256,47 @@ def test_no_dates_or_clock_times(doc):
         for pattern in (DATE, CLOCK):
             m = pattern.search(line)
             assert not m, f"{doc.relative_to(ROOT)}:{n}: {m.group(0)!r} in {line.strip()!r}"
+
+
+CODE = sorted((ROOT / "pydfccl").rglob("*.py")) + sorted(
+    path for folder in ("examples", "scripts") for path in (ROOT / folder).rglob("*")
+    if path.suffix in (".py", ".sh", ".md") and "__pycache__" not in path.parts)
+
+
+def prose(path: Path):
+    """(line, text) of what a reader of ``path`` reads as prose: a Python file's comments
+    and docstrings (string statements), not its code (where ``1:20`` is a slice); every
+    line of a shell script or a Markdown file."""
+    if path.suffix != ".py":
+        yield from enumerate(path.read_text().split("\n"), 1)
+        return
+    statement_start = (tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.NL,
+                       tokenize.ENCODING)
+    previous = tokenize.NEWLINE
+    for tok in tokenize.generate_tokens(io.StringIO(path.read_text()).readline):
+        if tok.type == tokenize.COMMENT or (tok.type == tokenize.STRING
+                                            and previous in statement_start):
+            yield tok.start[0], tok.string
+        if tok.type not in (tokenize.COMMENT, tokenize.NL):
+            previous = tok.type
+
+
+def test_prose_reader_sees_comments_and_docstrings_only(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text('"""Module, 2020-01-02."""\nx = "12:30"[1:20]  # at 09:15\n'
+                    'def f():\n    """Done at 23:59."""\n    return "2020-01-02"\n')
+    assert [n for n, text in prose(path) for pattern in (DATE, CLOCK)
+            if pattern.search(text)] == [1, 2, 4]
+
+
+@pytest.mark.parametrize("path", CODE, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_dates_or_clock_times_in_code_comments(path):
+    """The library's comments and docstrings, the examples and the scripts state facts, not
+    when they were found (measured figures say what machine, e.g. "on an H200")."""
+    for n, text in prose(path):
+        for pattern in (DATE, CLOCK):
+            m = pattern.search(text)
+            assert not m, f"{path.relative_to(ROOT)}:{n}: {m.group(0)!r} in {text.strip()!r}"
 
 
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")

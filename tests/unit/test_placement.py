@@ -1,6 +1,6 @@
 """Where ranks run: the backend chosen, the GPU a rank process takes, and the warning for a
 GPU shared without MPS. The GPU logic runs here with the device calls replaced (the calls
-themselves ran on the H200, docs/gpu.md)."""
+themselves run on a GPU, in the GPU acceptance batch)."""
 
 import logging
 

@@ -1,4 +1,4 @@
-"""Probe (GPU): where a daemon step's time goes, phase by phase (kernels/step_profile.py).
+"""Where a daemon step's time goes, phase by phase (``kernels/step_profile.py``).
 
 Builds the daemon with PYDFCCL_PROFILE_STEPS=1, runs steps, lets the daemon quit (a block
 adds its phase counters to the pool when it exits) and prints each phase's cycles and
@@ -7,14 +7,15 @@ nanoseconds per step, and the cycles a rank spends per run taking it from the SQ
 block a rank:
 
 - ``copy``: one rank, 16-byte slots, 16 KiB all-reduces: 1,024 steps a run that wait for
-  nothing (the ``step_cost`` stage's first case);
+  nothing;
 - ``ring``: two ranks, the ring (one-shot off), 16-byte slots: 3 steps a loop, each
   waiting for the peer;
 - ``one_shot``: two ranks, 8-byte all-reduces, two steps a run (the latency benchmark's).
 
 The marks cost cycles of their own (a clock read and a shared-memory add each, seven a step),
-so the total is a little above the plain daemon's step. Run:
-python3 scripts/probe_step_phases.py [--nthreads 256 512] [--runs 50]
+so the total is a little above the plain daemon's step. On the simulator the cycles are
+nanoseconds of the host. Run:
+python3 scripts/profile_steps.py [--nthreads 256 512] [--runs 50]
 """
 import argparse
 import os

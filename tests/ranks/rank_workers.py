@@ -1,5 +1,9 @@
-"""Worker functions for the engine tests: module-level so that rank processes can import
-them. Each returns plain data (lists, dicts) so results cross process boundaries."""
+"""What each rank runs in the tests of ``tests/ranks``: one function a scenario, called as
+``pydfccl.launch(rank_workers.NAME, nranks, ...)``.
+
+A module, not part of the tests, because ``pydfccl.launch`` spawns rank processes that
+import these functions by name (the test's folder is on their path). Each returns plain
+data (lists, dicts) so that results cross process boundaries."""
 
 import collections
 import os
@@ -8,29 +12,18 @@ import time
 import numpy as np
 
 import pydfccl
-from pydfccl.protocol import layout as L
 from pydfccl import platform
-from pydfccl.protocol.reference import buffer_elems, reference
+from pydfccl.protocol import layout as L
+from shared_workers import fill, rank_inputs
 
-
-def _fill(comm, values: np.ndarray):
-    buf = comm.empty(values.size, values.dtype)
-    platform.copy_in(buf, values)
-    return buf
-
-
-def _inputs(rank: int, count: int, dtype, salt: int) -> np.ndarray:
-    """Small integers so every reduction is exact in every dtype (prod stays tiny too);
-    float16 and bfloat16 get values in [-4, 4) with more bits than they hold, so that their
-    sums round at every ring step and only a reference in the ring's order matches."""
-    if np.dtype(dtype).name in ("float16", "bfloat16"):
-        return np.random.default_rng([salt, rank]).uniform(-4, 4, count).astype(dtype)
-    base = (np.arange(count) * 7 + salt * 3 + rank) % 5
-    return (base + (1 if np.issubdtype(np.dtype(dtype), np.integer) else 0.5)).astype(dtype)
-
-
-def expected(nranks: int, count: int, dtype, op: str, salt: int) -> np.ndarray:
-    return reference("all_reduce", [_inputs(r, count, dtype, salt) for r in range(nranks)], op)
+__all__ = ["allreduce_cases", "opposite_orders", "bad_inputs", "mismatched",
+           "raises_on_rank_one", "dies_mid_collective", "sync_between_submissions",
+           "callbacks_and_stats", "sync_after_completion", "status_while_waiting",
+           "many_runs_without_waiting", "runs_in_flight", "frees_held_while_launched",
+           "baseline_launch_takes_runs_up_to_its_limit", "steady_resources",
+           "traced_opposite_orders", "traced_counts", "dropped_or_kept_buffers",
+           "point_to_point", "bad_pair", "receive_before_sending", "negative_average",
+           "late_registration", "late_mismatch", "barrier_wait", "undrained_completions"]
 
 
 def allreduce_cases(comm, cases, in_place=False, repeats=1):
@@ -42,7 +35,7 @@ def allreduce_cases(comm, cases, in_place=False, repeats=1):
     out = []
     for i, (count, dtype, op) in enumerate(cases):
         for _ in range(repeats):
-            send = _fill(comm, _inputs(comm.rank, count, dtype, i))
+            send = fill(comm, rank_inputs(comm.rank, count, dtype, i))
             recv = send if in_place else comm.empty(count, dtype)
             result = comm.run(i, send, None if in_place else recv).result(timeout=120)
         out.append(platform.to_numpy(result).tolist())
@@ -54,7 +47,7 @@ def opposite_orders(comm, ncolls: int, count: int):
     for k in range(ncolls):
         comm.prepare(k, "all_reduce", count=count, dtype="int64")
     comm.start()
-    sends = [_fill(comm, _inputs(comm.rank, count, "int64", k)) for k in range(ncolls)]
+    sends = [fill(comm, rank_inputs(comm.rank, count, "int64", k)) for k in range(ncolls)]
     recvs = [comm.empty(count, "int64") for _ in range(ncolls)]
     order = [(k + comm.rank) % ncolls for k in range(ncolls)]
     futures = {k: comm.run(k, sends[k], recvs[k]) for k in order}
@@ -130,7 +123,7 @@ def sync_between_submissions(comm, ncolls: int):
     for k in range(ncolls):
         comm.prepare(k, "all_reduce", count=5, dtype="int32")
     comm.start()
-    sends = [_fill(comm, _inputs(comm.rank, 5, "int32", k)) for k in range(ncolls)]
+    sends = [fill(comm, rank_inputs(comm.rank, 5, "int32", k)) for k in range(ncolls)]
     futures = {}
     for k in [(k + comm.rank) % ncolls for k in range(ncolls)]:
         futures[k] = comm.run(k, sends[k])
@@ -142,7 +135,7 @@ def sync_between_submissions(comm, ncolls: int):
 def callbacks_and_stats(comm):
     comm.prepare(0, "all_reduce", count=3, dtype="float64")
     comm.start()
-    x = _fill(comm, np.array([1.0, 2.0, 3.0]))
+    x = fill(comm, np.array([1.0, 2.0, 3.0]))
     seen = []
     fut = comm.run(0, x)
     fut.add_done_callback(lambda f: seen.append(platform.to_numpy(f.result()).tolist()))
@@ -158,7 +151,7 @@ def sync_after_completion(comm):
     nccl the daemon never quits, so the sync can only end through the watchdog."""
     comm.prepare(0, "all_reduce", count=4, dtype="float32")
     comm.start()
-    x = _fill(comm, np.ones(4, np.float32))
+    x = fill(comm, np.ones(4, np.float32))
     result = platform.to_numpy(comm.run(0, x).result(timeout=60)).tolist()
     comm.synchronize_device()
     return result
@@ -168,7 +161,7 @@ def status_while_waiting(comm):
     """Rank 1 submits late: meanwhile rank 0's status shows it waiting for rank 1's data."""
     comm.prepare(5, "all_reduce", count=4, dtype="float32")
     comm.start()
-    x = _fill(comm, np.ones(4, np.float32))
+    x = fill(comm, np.ones(4, np.float32))
     seen = None
     if comm.rank == 1:
         time.sleep(1.5)
@@ -188,53 +181,12 @@ def status_while_waiting(comm):
     return dict(seen=seen, after=after)
 
 
-def collective_cases(comm, cases, rotate=False):
-    """Prepare one collective per (kind, count, dtype, op, root) case and run them all, in
-    an order rotated by rank when ``rotate`` (so that tasks get preempted), returning each
-    rank's output as a list."""
-    for i, (kind, count, dtype, op, root) in enumerate(cases):
-        comm.prepare(i, kind, count=count, dtype=dtype, op=op, root=root)
-    comm.start()
-    futures = {}
-    order = list(range(len(cases)))
-    if rotate:
-        order = order[comm.rank % len(order):] + order[:comm.rank % len(order)]
-    for i in order:
-        kind, count, dtype, op, root = cases[i]
-        send_elems, recv_elems = buffer_elems(kind, count, comm.nranks)
-        send = _fill(comm, _inputs(comm.rank, send_elems, dtype, i))
-        recv = _fill(comm, np.full(recv_elems, 99, dtype))    # poison: every element is written
-        futures[i] = comm.run(i, send, recv)
-    return [platform.to_numpy(futures[i].result(timeout=120), cases[i][2]).tolist()
-            for i in range(len(cases))]
-
-
-def traced_collective_cases(comm, cases):
-    """collective_cases in rotated orders, with the primitives each case's tasks were
-    preempted in (the daemon's event log)."""
-    results = collective_cases(comm, cases, rotate=True)
-    preempted_in = collections.defaultdict(set)
-    for e in comm.trace():
-        if e["event"] == "preempted":
-            preempted_in[e["coll"]].add(e["primitive"])
-    return dict(results=results, stats=comm.stats(),
-                preempted_in={i: sorted(p) for i, p in preempted_in.items()})
-
-
-def expected_collective(kind, nranks, rank, count, dtype, op, root, salt, **sizes):
-    """numpy's answer for one rank (None where the rank's output is unspecified); ``sizes``:
-    the launch's nblocks and slot_bytes, which fix an all_reduce's order."""
-    send_elems, _ = buffer_elems(kind, count, nranks)
-    inputs = [_inputs(r, send_elems, dtype, salt) for r in range(nranks)]
-    return reference(kind, inputs, op, root, rank, **sizes)
-
-
 def many_runs_without_waiting(comm, runs: int):
     """More runs than the SQ holds, submitted at once: the host queues them, none is lost,
     and they complete in submission order."""
     comm.prepare(0, "all_reduce", count=3, dtype="int64")
     comm.start()
-    sends = [_fill(comm, np.full(3, i + comm.rank, np.int64)) for i in range(runs)]
+    sends = [fill(comm, np.full(3, i + comm.rank, np.int64)) for i in range(runs)]
     recvs = [comm.empty(3, "int64") for _ in range(runs)]
     done = []
     futures = [comm.run(0, sends[i], recvs[i]) for i in range(runs)]
@@ -258,7 +210,7 @@ def runs_in_flight(comm, ncolls: int, runs: int, count: int):
         comm.prepare(k, "all_reduce", count=count, dtype="int64")
     comm.start()
     salt = [[k * runs + i for i in range(runs)] for k in range(ncolls)]
-    sends = [[_fill(comm, _inputs(comm.rank, count, "int64", salt[k][i])) for i in range(runs)]
+    sends = [[fill(comm, rank_inputs(comm.rank, count, "int64", salt[k][i])) for i in range(runs)]
              for k in range(ncolls)]
     recvs = [[comm.empty(count, "int64") for _ in range(runs)] for _ in range(ncolls)]
     order = [(k + comm.rank) % ncolls for k in range(ncolls)]
@@ -324,7 +276,7 @@ def frees_held_while_launched(comm, runs: int):
     comm.start()
     held = _launch_recorder.add(comm)
     try:
-        x = _fill(comm, np.full(4, comm.rank, np.int64))
+        x = fill(comm, np.full(4, comm.rank, np.int64))
         futures = [comm.run(0, x, comm.empty(4, "int64")) for _ in range(runs)]
         for f in futures:
             f.result(timeout=120)
@@ -344,7 +296,7 @@ def baseline_launch_takes_runs_up_to_its_limit(comm, runs: int):
     real_launch = platform.launch
     platform.launch = lambda configured, args: None
     try:
-        x = _fill(comm, np.full(4, 7, np.int64))
+        x = fill(comm, np.full(4, 7, np.int64))
         futures = [comm.run(0, x, comm.empty(4, "int64")) for _ in range(runs)]
         submitted = comm.stats()["submitted"]
     finally:
@@ -366,7 +318,7 @@ def steady_resources(comm, rounds: int):
 
     comm.prepare(0, "all_reduce", count=2, dtype="float32")
     comm.start()
-    x = _fill(comm, np.ones(2, np.float32))
+    x = fill(comm, np.ones(2, np.float32))
     y = comm.empty(2, "float32")
     counts, objects = [], []
     for i in range(rounds):
@@ -392,7 +344,7 @@ def traced_counts(comm, counts: tuple, runs: int):
     for k, count in enumerate(counts):
         comm.prepare(k, "all_reduce", count=count, dtype="int64")
     comm.start()
-    sends = [_fill(comm, _inputs(comm.rank, n, "int64", k)) for k, n in enumerate(counts)]
+    sends = [fill(comm, rank_inputs(comm.rank, n, "int64", k)) for k, n in enumerate(counts)]
     recvs = [comm.empty(n, "int64") for n in counts]
     order = [(k + comm.rank) % len(counts) for k in range(len(counts))]
     for _ in range(runs):
@@ -428,14 +380,14 @@ def dropped_or_kept_buffers(comm, drop: bool):
     comm.start()
     if comm.rank == 1:
         time.sleep(0.5)
-    send = _fill(comm, _inputs(comm.rank, 3, "int64", 1))
+    send = fill(comm, rank_inputs(comm.rank, 3, "int64", 1))
     recv = comm.empty(3 * comm.nranks, "int64")
     if drop:
-        futures = [comm.run(0, _fill(comm, _inputs(comm.rank, 5, "int64", 0))),
+        futures = [comm.run(0, fill(comm, rank_inputs(comm.rank, 5, "int64", 0))),
                    comm.run(1, send, recv)]
         del send, recv
     else:
-        whole = _fill(comm, np.concatenate([_inputs(comm.rank, 5, "int64", 0),
+        whole = fill(comm, np.concatenate([rank_inputs(comm.rank, 5, "int64", 0),
                                             np.zeros(3, np.int64)]))
         futures = [comm.run(0, whole[:5]), comm.run(1, send, recv)]
     results = [platform.to_numpy(f.result(timeout=120)).tolist() for f in futures]
@@ -463,9 +415,9 @@ def point_to_point(comm, transfers, runs: int):
         futures = []
         for cid, sender, receiver, count, dtype in order:
             if comm.rank == sender:
-                buf = _fill(comm, _inputs(sender, count, dtype, cid + 10 * run))
+                buf = fill(comm, rank_inputs(sender, count, dtype, cid + 10 * run))
             else:
-                buf = _fill(comm, np.full(count, 99, dtype))
+                buf = fill(comm, np.full(count, 99, dtype))
             futures.append((cid, comm.rank == receiver, comm.run(cid, buf)))
         for cid, receiving, future in futures:
             out = platform.to_numpy(future.result(timeout=120))
@@ -494,8 +446,8 @@ def receive_before_sending(comm):
     comm.prepare(comm.rank, "send", count=100, dtype="int32", peer=peer)
     comm.prepare(peer, "recv", count=100, dtype="int32", peer=peer)
     comm.start()
-    got = comm.run(peer, _fill(comm, np.zeros(100, np.int32)))
-    sent = comm.run(comm.rank, _fill(comm, np.full(100, comm.rank + 7, np.int32)))
+    got = comm.run(peer, fill(comm, np.zeros(100, np.int32)))
+    sent = comm.run(comm.rank, fill(comm, np.full(100, comm.rank + 7, np.int32)))
     sent.result(timeout=120)
     return platform.to_numpy(got.result(timeout=120)).tolist()
 
@@ -505,7 +457,7 @@ def negative_average(comm):
     comm.prepare(0, "all_reduce", count=4, dtype="int32", op="avg")
     comm.start()
     mine = np.array([[-3, -1, 2, -7], [0, 0, 1, 2]][comm.rank], np.int32)
-    return platform.to_numpy(comm.run(0, _fill(comm, mine)).result(timeout=120)).tolist()
+    return platform.to_numpy(comm.run(0, fill(comm, mine)).result(timeout=120)).tolist()
 
 
 def late_registration(comm):
@@ -513,11 +465,11 @@ def late_registration(comm):
     comm.start()
     out = {}
     comm.prepare(0, "all_reduce", count=5)
-    x = _fill(comm, np.full(5, comm.rank + 1.0, np.float32))
+    x = fill(comm, np.full(5, comm.rank + 1.0, np.float32))
     comm.run(0, x).result(timeout=60)
     out["all_reduce"] = platform.to_numpy(x).tolist()
     comm.prepare(1, "broadcast", count=3, dtype="int64", root=1)
-    y = _fill(comm, np.full(3, comm.rank, np.int64))
+    y = fill(comm, np.full(3, comm.rank, np.int64))
     comm.run(1, y).result(timeout=60)
     out["broadcast"] = platform.to_numpy(y).tolist()
     # Rank 0 sends to 1 and 1 to 0: each rank prepares its send before its recv, so the
@@ -526,8 +478,8 @@ def late_registration(comm):
         peer = 1 - comm.rank
         comm.prepare(100 + comm.rank, "send", count=4, peer=peer)
         comm.prepare(100 + peer, "recv", count=4, peer=peer)
-        send = _fill(comm, np.arange(4, dtype=np.float32) + 10 * comm.rank)
-        recv = _fill(comm, np.zeros(4, np.float32))
+        send = fill(comm, np.arange(4, dtype=np.float32) + 10 * comm.rank)
+        recv = fill(comm, np.zeros(4, np.float32))
         futures = [comm.run(100 + peer, recv), comm.run(100 + comm.rank, send)]
         for f in futures:
             f.result(timeout=60)
@@ -556,23 +508,6 @@ def late_mismatch(comm, case):
     raise ValueError(case)
 
 
-def one_shot_limits_differ(comm, late: bool):
-    """Rank 1 runs the small all_reduce in the ring (as its PYDFCCL_ONE_SHOT_BYTES=0 would
-    decide), the others one-shot: preparing at start, or after it (``late``), must fail,
-    not hang. The decision is patched on rank 1's communicator alone, not in ``plans``,
-    which rank threads of one process share."""
-    from pydfccl.kernels.plans import KINDS
-
-    if comm.rank == 1:
-        comm._catalog.daemon_kind = lambda spec: KINDS[spec.kind]
-    if late:
-        comm.start()
-    comm.prepare(0, "all_reduce", count=4, dtype="float32")
-    if not late:
-        comm.start()
-    return comm.run(0, comm.empty(4, "float32")).result(timeout=60)
-
-
 def barrier_wait(comm):
     """Rank 1 reaches the barrier 0.5 s late: how long each rank waited in it."""
     comm.prepare(0, "all_reduce", count=2)
@@ -584,21 +519,6 @@ def barrier_wait(comm):
     return time.monotonic() - t0
 
 
-def simulated_report(script: str) -> dict:
-    """Run ``script`` in a fresh simulator process (kernels called directly need one of
-    their own) and return the JSON object it printed last."""
-    import json
-    import os
-    import subprocess
-    import sys
-
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                          text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
 def undrained_completions(comm, seconds: float):
     """A run that the daemon has finished and stamped in the CQ, but that the host has not
     drained yet (a busy host; here no thread may drain), needs no daemon: how many launches
@@ -608,7 +528,7 @@ def undrained_completions(comm, seconds: float):
     cq = comm._cq
     cq.drain = lambda: 0      # this communicator's CQ only (GPU ranks share the class)
     try:
-        x = _fill(comm, np.full(4, comm.rank + 1, np.float32))
+        x = fill(comm, np.full(4, comm.rank + 1, np.float32))
         future = comm.run(0, x)
         stamps = comm.world.ctl["cq"]["stamp"][comm.rank]
         deadline = time.monotonic() + 60

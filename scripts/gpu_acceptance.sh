@@ -92,7 +92,7 @@ for s in ${*:-tests latency2 latency8 many4 bandwidth chaos chaos8 replay train}
     latency8) stage latency8 120 $PY -m pydfccl bench latency -n 8 --iters 1000 ;;
     many4) stage many4 120 $PY -m pydfccl bench latency -n 4 -k 64 -c 1024 --iters 200 -w 20 ;;
     bandwidth) stage bandwidth 200 $PY -m pydfccl bench --nranks 4 -b 134217728 \
-                 -e 268435456 -f 2 -n 10 -w 2 --baseline none --no-progress ;;
+                 -e 268435456 -f 2 -n 10 -w 2 --baseline none ;;
     train) train_runs train2 --nranks 2
            train_runs train3 --nranks 3 --tp 1 --batch 6
            train_runs train4 --nranks 4 ;;
@@ -101,8 +101,8 @@ for s in ${*:-tests latency2 latency8 many4 bandwidth chaos chaos8 replay train}
     train4) train_runs train4 --nranks 4 ;;
     chaos) stage chaos4_sync 200 env PYDFCCL_BACKEND=processes $PY -m pydfccl demo -n 4 -k 8 \
              -i 500 --sync device ;;
-    chaos8) stage chaos8 100 $PY -m pydfccl demo -n 8 -k 8 -i 200 --no-progress
-            stage chaos8_nccl 60 $PY -m pydfccl demo -n 8 -k 8 -i 200 --policy nccl --no-progress ;;
+    chaos8) stage chaos8 100 $PY -m pydfccl demo -n 8 -k 8 -i 200
+            stage chaos8_nccl 60 $PY -m pydfccl demo -n 8 -k 8 -i 200 --policy nccl ;;
     replay) stage replay 90 $PY -m pydfccl demo --schedule $SCHEDULE
             stage replay_nccl 60 $PY -m pydfccl demo --schedule $SCHEDULE --policy nccl --watchdog 5 ;;
     *)     echo "unknown stage $s" | tee -a "$SUMMARY" ;;

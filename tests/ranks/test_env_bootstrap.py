@@ -27,7 +27,7 @@ def _start(rank, size, port, *argv, extra=None):
 
 def test_demo_with_torchrun_variables_verifies_every_result():
     port = _free_port()
-    procs = [_start(r, 3, port, "-i", "2", "-k", "3", "--no-progress") for r in range(3)]
+    procs = [_start(r, 3, port, "-i", "2", "-k", "3") for r in range(3)]
     outs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], outs
     stdout = outs[0][0]
@@ -37,7 +37,7 @@ def test_demo_with_torchrun_variables_verifies_every_result():
 
 def test_a_rank_that_never_joins_is_named():
     port = _free_port()
-    lonely = _start(0, 2, port, "-i", "1", "-k", "2", "--no-progress",
+    lonely = _start(0, 2, port, "-i", "1", "-k", "2",
                     extra=dict(PYDFCCL_JOIN_TIMEOUT="3"))
     out, err = lonely.communicate(timeout=120)
     assert lonely.returncode != 0

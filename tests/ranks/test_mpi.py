@@ -23,15 +23,14 @@ def _mpiexec(n, *argv, timeout=300):
 
 
 def test_demo_under_mpiexec_verifies_every_result():
-    done = _mpiexec(3, "-m", "pydfccl", "demo", "-i", "2", "-k", "4", "--kinds", "all",
-                    "--no-progress")
+    done = _mpiexec(3, "-m", "pydfccl", "demo", "-i", "2", "-k", "4", "--kinds", "all")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "3 ranks (a process each)" in done.stdout
     assert "outputs verified: 24 " in done.stdout     # 4 kinds (no reduce) x 3 ranks x 2
 
 
 def test_nccl_policy_under_mpiexec_is_a_reported_deadlock():
-    done = _mpiexec(3, "-m", "pydfccl", "demo", "-i", "2", "-k", "3", "--no-progress",
+    done = _mpiexec(3, "-m", "pydfccl", "demo", "-i", "2", "-k", "3",
                     "--policy", "nccl", "--watchdog", "5")
     assert done.returncode == 3, done.stdout + done.stderr
     assert "wait-for cycle: rank 0 -> rank 2 -> rank 1 -> rank 0" in done.stderr

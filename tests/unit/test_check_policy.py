@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pydfccl.kernels.policy_types import PolicyTypeError, check_policy_types
-from pydfccl.sched import Param, Policy, get_policy, policy_names
+from pydfccl.sched import Policy, get_policy, policy_names
 
 REPO = Path(__file__).resolve().parents[2]
 

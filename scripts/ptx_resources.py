@@ -50,7 +50,7 @@ def main(argv: list[str]) -> int:
     if shutil.which("ptxas") is None:
         print("ptx_resources: no ptxas on PATH (it comes with the CUDA toolkit)")
         return 2
-    os.environ.pop("NUMBA_ENABLE_CUDASIM", None)
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "0"    # Numba's CUDA target, even without a driver
     os.environ.setdefault("NUMBA_FORCE_CUDA_CC", "9.0")
     from pydfccl.kernels.ptx import daemon_ptx
     from pydfccl.sched.policies import policy_names

@@ -48,8 +48,9 @@ def main(argv: list[str]) -> int:
         if not 1 <= n <= MAX_THREADS:
             raise UsageError(f"--nthreads {n}: must be in 1..{MAX_THREADS}")
     if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0"):
-        # The simulator's kernels are Python: build in a process with Numba's CUDA target.
-        env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+        # The simulator's kernels are Python: build in a process with Numba's CUDA target
+        # (0 says so; without the variable a machine with no driver picks the simulator).
+        env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
         return subprocess.call([sys.executable, "-m", "pydfccl", "build-kernels", *argv],
                                env=env)
     from ..kernels.ahead import build_daemon

@@ -23,13 +23,13 @@ def daemon_for(policy, nthreads: int):
     that took."""
     from ..kernels.compiler import register_cap
     from ..kernels.daemon import compile_now, make_daemon
-    from ..kernels.memory import SIMULATOR
+    from ..platform import backend
     from ..kernels.policy_types import check_policy_types
 
     key = (policy.name, policy.functions, register_cap(nthreads))
     with _daemons_lock:
         if key not in _daemons:
-            if SIMULATOR:
+            if backend.kernels_on_host:
                 # the simulator runs the functions as Python: refuse, as the GPU's
                 # compiler would, what the device cannot compile (PolicyTypeError)
                 check_policy_types(policy)

@@ -66,7 +66,7 @@ def build_daemon(policy_name: str, nthreads: int, cc: tuple[int, int] = (9, 0)) 
     from .memory import SIMULATOR
 
     if SIMULATOR:
-        raise RuntimeError("build_daemon compiles for a GPU: unset NUMBA_ENABLE_CUDASIM")
+        raise RuntimeError("build_daemon compiles for a GPU: set NUMBA_ENABLE_CUDASIM=0")
     start = time.perf_counter()
     dispatcher = make_daemon(get_policy(policy_name), nthreads)
     argtypes, _ = sigutils.normalize_signature(DAEMON_SIGNATURE)

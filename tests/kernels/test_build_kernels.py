@@ -35,7 +35,7 @@ print(json.dumps(dict(
 
 
 def _env(cache, path):
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")    # Numba's CUDA target, no driver
     env.update(PYDFCCL_CACHE_DIR=str(cache), PYTHONPATH=str(path))
     return env
 

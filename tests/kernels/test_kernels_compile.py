@@ -42,7 +42,7 @@ print(json.dumps(report))
 
 
 def test_every_daemon_compiles_to_ptx_with_ordered_waits_and_16_byte_moves():
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")    # Numba's CUDA target, no driver
     env["NUMBA_FORCE_CUDA_CC"] = "9.0"
     proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True,
                           text=True, timeout=600)
@@ -85,7 +85,7 @@ print(json.dumps(dict(
 def test_the_daemons_disk_cache_key_is_the_same_in_every_process():
     """Numba keyed the daemon (a closure) by pickled dispatchers, whose uuids change in every
     process, so its disk cache never hit; pydfccl's key is the source, alike everywhere."""
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")    # Numba's CUDA target, no driver
     keys = []
     for _ in range(2):
         proc = subprocess.run([sys.executable, "-c", KEY_SCRIPT], env=env, capture_output=True,

@@ -3,15 +3,20 @@
 Library code outside ``pydfccl/platform/`` must not test which backend runs
 (``SIMULATOR``, ``LAUNCHES_ARE_QUEUED``, ``WAIT_SPIN_SECONDS``); device code in
 ``pydfccl/kernels/`` has its own flag. The backend classes are read here, not made: making
-the simulator's would patch Numba's simulator in this process."""
+the simulator's would patch Numba's simulator in this process. The GPU backend's module
+needs Numba's CUDA target, so its attributes are read in a process that asks for it
+(``NUMBA_ENABLE_CUDASIM=0``): without a driver, this one runs the simulator."""
 
+import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 from pydfccl import platform
 from pydfccl.platform.base import Backend
-from pydfccl.platform.gpu import GpuBackend
 from pydfccl.platform.simulator import SimulatorBackend
 from pydfccl.sched.policies import get_policy
 
@@ -35,15 +40,33 @@ def test_library_code_asks_the_backend_what_differs_not_which_it_is():
     assert not offenders, "\n".join(offenders)
 
 
+GPU_ATTRIBUTES = """
+import json
+from pydfccl.platform.gpu import GpuBackend as b
+print(json.dumps(dict(name=b.name, kernels_on_host=b.kernels_on_host,
+    device_memory_is_host=b.device_memory_is_host, launch_runs_kernel=b.launch_runs_kernel,
+    one_kernel_per_process=b.one_kernel_per_process,
+    waiter_spin_seconds=b.waiter_spin_seconds, watchdog_seconds=b.watchdog_seconds,
+    numba_device_array=b.numba_device_array is not None)))
+"""
+
+
+def _gpu_backend():
+    proc = subprocess.run([sys.executable, "-c", GPU_ATTRIBUTES], capture_output=True,
+                          text=True, timeout=300, env=dict(os.environ, NUMBA_ENABLE_CUDASIM="0"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return SimpleNamespace(**json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
 def test_the_backends_differ_as_their_attributes_say():
-    sim, gpu = SimulatorBackend, GpuBackend
+    sim, gpu = SimulatorBackend, _gpu_backend()
     assert (sim.name, gpu.name) == ("simulator", "gpu")
     for flag in ("kernels_on_host", "device_memory_is_host", "launch_runs_kernel",
                  "one_kernel_per_process"):
         assert getattr(sim, flag) and not getattr(gpu, flag), flag
     assert sim.waiter_spin_seconds == 0 < gpu.waiter_spin_seconds
     assert sim.watchdog_seconds > gpu.watchdog_seconds
-    assert sim.numba_device_array is None and gpu.numba_device_array is not None
+    assert sim.numba_device_array is None and gpu.numba_device_array
 
 
 def test_the_module_functions_are_the_chosen_backends():

@@ -19,7 +19,9 @@ __all__ = ["poison"]
 
 def poison(recv) -> bool:
     """Fill ``recv`` with NaN if it is a writable float array in host memory; whether it
-    was filled."""
+    was filled. A ``pydfccl.Array`` is looked through to the memory it wraps."""
+    if getattr(recv, "_pydfccl_array", False):
+        recv = recv.raw
     if not isinstance(recv, np.ndarray) or recv.dtype.kind not in "fc":
         return False
     if not recv.flags.writeable:

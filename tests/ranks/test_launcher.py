@@ -164,4 +164,6 @@ def test_completions_the_host_has_not_drained_launch_no_daemon():
     per_rank = pydfccl.launch(rank_workers.undrained_completions, 2, args=(seconds,))
     for out in per_rank:
         assert out["total"] == [3.0] * 4
-        assert out["stamped"] == 1 and out["waited"] == 1, out
+        # launches before the stamp depend on the machine's speed (a daemon that quits
+        # while its peer is slow to submit is relaunched, rightly); none may come after it
+        assert out["stamped"] >= 1 and out["waited"] == out["stamped"], out

@@ -274,6 +274,12 @@ def _start_launcher(tmp_path):
         if line.startswith("rank "):
             pids.append(int(line.split()[-1]))
     assert len(pids) == 2, proc.stderr.read()[-3000:]
+    # The launcher unlinks the segments once it has heard from every rank (segments are
+    # left only by a kill before that); the job is up when they are gone.
+    deadline = time.monotonic() + 60
+    while _segments(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _segments(proc.pid), "the launcher did not unlink its segments"
     return proc, pids
 
 

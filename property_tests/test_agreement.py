@@ -102,7 +102,8 @@ def test_nccl_deadlocks_exactly_when_the_model_does(schedule):
         assert all(s["preemptions"] == 0 for s in out["stats"])
     else:
         assert model.outcome == DEADLOCK and model.cycle
-        assert out["report"].startswith("deadlock: no progress"), out["report"]
+        assert out["report"].startswith("deadlock: a wait-for cycle"), out["report"]
+        assert "no progress on any rank" in out["report"], out["report"]
         assert "wait-for cycle: rank" in out["report"], out["report"]
 
 

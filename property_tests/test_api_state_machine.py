@@ -41,11 +41,13 @@ BAD_PREPARE = {   # what -> (prepare kwargs, the errors it may raise)
     "op": (dict(op="xor"), ValueError),
     "dtype_name": (dict(dtype="complex64"), ValueError),
     "dtype_object": (dict(dtype=3.5), (TypeError, ValueError)),
-    "count_zero": (dict(count=0), ValueError),
-    "count_float": (dict(count=2.5), ValueError),
+    "count_negative": (dict(count=-1), ValueError),
+    "count_float": (dict(count=2.5), TypeError),
+    "count_bool": (dict(count=True), TypeError),
+    "count_huge": (dict(count=2 ** 63), ValueError),
     "root": (dict(root=1), ValueError),
     "coll_id_negative": (dict(coll_id=-1), ValueError),
-    "coll_id_str": (dict(coll_id="a"), ValueError),
+    "coll_id_str": (dict(coll_id="a"), TypeError),
 }
 
 
@@ -124,7 +126,7 @@ class HostAPI(RuleBasedStateMachine):
         coll_id = data.draw(st.sampled_from(sorted(self.specs)), label="coll_id")
         send, recv = self.buffers(*self.specs[coll_id], seed)
         future = self.comm.run(coll_id, send, None if in_place else recv, priority=priority)
-        self.runs.append((future, send.copy(), send if in_place else recv, send))
+        self.runs.append((future, np.asarray(send), send if in_place else recv, send))
         self.tally("run: submitted")
 
     @precondition(lambda self: self.state == "started")
@@ -143,16 +145,18 @@ class HostAPI(RuleBasedStateMachine):
             send, recv = self.buffers(count, dtype)
             other = "int32" if dtype != "int32" else "float32"
             if what == "dtype":
-                send, errors = send.astype(other), TypeError
+                send, errors = self.comm.empty(count, other), TypeError
             elif what == "recv_dtype":
-                recv, errors = recv.astype(other), TypeError
+                recv, errors = self.comm.empty(count, other), TypeError
             elif what == "too_small":
                 send = send[: count - 1]
             elif what == "recv_too_small":
                 recv = recv[: count - 1]
             elif what == "not_an_array":
-                send, errors = send.tolist(), TypeError
+                send, errors = np.asarray(send).tolist(), TypeError
         priority = "high" if what == "priority" else None
+        if what == "priority":
+            errors = (TypeError, ValueError)
         expect(errors, self.comm.run, coll_id, send, recv, priority=priority)
         self.tally(f"run: bad {what}")
 

@@ -239,7 +239,8 @@ class Communicator:
             "priority", priority, minimum=-PRIORITY_LIMIT, maximum=PRIORITY_LIMIT,
             where=f"collective {spec.coll_id}: ")
         buffers = (send, recv)
-        future = CollectiveFuture(self._cq, running=True, buffers=buffers)
+        future = CollectiveFuture(self._cq, running=True, buffers=buffers,
+                                  coll_id=spec.coll_id)
         index = self._index[spec.coll_id]
         with self._lock:
             if state.error is None and self._abort_word[0]:

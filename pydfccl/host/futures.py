@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures._base import (CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING,
                                       RUNNING)
 
@@ -34,11 +35,12 @@ class CollectiveFuture(Future):
     saves a thread hand-off (tens of microseconds in Python) per collective. ``queue`` is
     what it helps: anything with ``help_until_done(future, timeout)`` (a
     ``completion.CompletionQueue``). ``buffers`` (send, recv) are kept alive until the
-    future is finished."""
+    future is finished; ``coll_id`` names the collective in a timeout's message."""
 
     SPIN_SECONDS = backend.waiter_spin_seconds   # then a blocking wait on the poller
 
-    def __init__(self, queue, running: bool = False, buffers: tuple | None = None):
+    def __init__(self, queue, running: bool = False, buffers: tuple | None = None,
+                 coll_id=None):
         # the base class's state, less the condition (made on first use, below)
         self._state = RUNNING if running else PENDING
         self._result = None
@@ -47,6 +49,7 @@ class CollectiveFuture(Future):
         self._done_callbacks = []
         self._lazy_condition = None
         self._queue = queue
+        self.coll_id = coll_id
         self._buffers = buffers      # (send, recv): the daemon has only their addresses,
         #                              so whoever holds the future holds them until the end
         self.has_callbacks = False   # a callback may free device memory where it runs
@@ -90,10 +93,29 @@ class CollectiveFuture(Future):
         self._queue.help_until_done(self, timeout)
         if self._state == FINISHED and self._exception is None:
             return self._result    # final once set: no lock needed to read it
-        return super().result(timeout)
+        try:
+            return super().result(timeout)
+        except FutureTimeout:
+            raise self._timed_out(timeout) from None
 
     def exception(self, timeout=None):
         self._queue.help_until_done(self, timeout)
         if self._state == FINISHED:
             return self._exception
-        return super().exception(timeout)
+        try:
+            return super().exception(timeout)
+        except FutureTimeout:
+            raise self._timed_out(timeout) from None
+
+    def _timed_out(self, timeout) -> FutureTimeout:
+        """The base class's bare TimeoutError, with what timed out and what to do."""
+        rank = getattr(self._queue, "rank", None)
+        outstanding = getattr(self._queue, "outstanding", None)
+        who = f"rank {rank}: " if rank is not None else ""
+        what = f"collective {self.coll_id!r}" if self.coll_id is not None else "the run"
+        more = (f" ({outstanding} run(s) of this rank outstanding)"
+                if outstanding is not None else "")
+        return FutureTimeout(
+            f"{who}{what} did not complete within {timeout:g} s{more}; it is still in "
+            "flight: call result() again to keep waiting, and Communicator.status() for "
+            "what it waits on")

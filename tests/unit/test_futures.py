@@ -107,3 +107,17 @@ def test_finishes_racing_waiters_never_lose_a_wakeup():
         future.set_result(1)
         waiter.join(timeout=10)
         assert got == [1]
+
+
+def test_a_timeout_names_the_collective_and_keeps_the_run_in_flight():
+    class Rank2Queue(_Queue):
+        rank, outstanding = 2, 3
+
+    future = CollectiveFuture(Rank2Queue(), running=True, coll_id="grads")
+    for wait_for in (future.result, future.exception):
+        with pytest.raises(TimeoutError, match=r"rank 2: collective 'grads' did not complete "
+                           r"within 0.05 s \(3 run\(s\) of this rank outstanding\); it is "
+                           r"still in flight"):
+            wait_for(timeout=0.05)
+    future.set_result("done")           # the run completes later: a second wait gets it
+    assert future.result(timeout=1) == "done"

@@ -10,6 +10,14 @@ version, a policy or an error class does not pay seconds for them.
 """
 
 import importlib as _importlib
+import os as _os
+
+# CUDA loads a kernel's code at its first launch (lazy loading, its default since CUDA 12.2),
+# and such a load may wait for the whole device, a spinning daemon or a peer's kernel
+# included, while they wait for a collective that the loading rank has yet to issue. With
+# every kernel loaded when the context is made, no launch waits for a collective. It must be
+# set before anything in the process initializes CUDA (Numba, torch, CuPy).
+_os.environ.setdefault("CUDA_MODULE_LOADING", "EAGER")
 
 from .bootstrap.mpi import use_simulator_without_gpu as _use_simulator_without_gpu
 

@@ -97,8 +97,8 @@ def _launchers() -> list[tuple]:
              "pydfccl[torch] for pydfccl.torch)"),
             (OK if loading == "EAGER" else NOTE, "kernel loading",
              f"CUDA_MODULE_LOADING={loading}" + ("" if loading == "EAGER" else
-             ": importing pydfccl.torch first sets EAGER (a lazy load may wait for the "
-             "daemon)"))]
+             ": import pydfccl before anything starts CUDA, and it sets EAGER (a lazy "
+             "load may wait for a spinning daemon or a peer's kernel)"))]
 
 
 def kernel_cache_dir() -> str:

@@ -10,12 +10,7 @@ See docs/torch.md.
 
 import os as _os
 
-# CUDA loads a kernel's code at its first launch (lazy loading, the default since CUDA
-# 12.2), and such a load may wait for the whole device, a running daemon included (until it
-# quits). With every kernel loaded when the context is made, torch's first launches do not
-# wait for collectives; it must be set before torch or Numba initializes CUDA.
-_os.environ.setdefault("CUDA_MODULE_LOADING", "EAGER")
-
+# ``import pydfccl`` (which comes first) asked for eager kernel loading (see there).
 from .backend import (BACKEND_NAME, C10dStoreGroup, ProcessGroupDfccl, register, stats,
                       status_report)
 from .ddp import allreduce_hook

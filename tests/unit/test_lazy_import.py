@@ -38,3 +38,15 @@ def test_an_unknown_name_is_an_attribute_error():
     import pydfccl
     with pytest.raises(AttributeError, match="no_such_name"):
         pydfccl.no_such_name
+
+
+@pytest.mark.parametrize("given", [None, "LAZY"])
+def test_import_pydfccl_asks_for_eager_kernel_loading_unless_the_user_chose(given):
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_MODULE_LOADING"}
+    if given:
+        env["CUDA_MODULE_LOADING"] = given
+    proc = subprocess.run([sys.executable, "-c", "import os, pydfccl; "
+                           "print(os.environ['CUDA_MODULE_LOADING'])"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == [given or "EAGER"]

@@ -116,7 +116,7 @@ def chaos_worker(comm, opts: DemoOptions) -> dict:
         what = "all-reduces" if set(kinds) == {"all_reduce"} else "collectives"
         bar = tqdm(total=opts.iters, desc=f"chaos {n} ranks x {K} {what}", unit="it",
                    file=sys.stderr)
-    verified, started, in_collectives = 0, time.perf_counter(), []
+    verified, started, in_collectives, filling, checking = 0, time.perf_counter(), [], [], []
     marks = []          # the host's side of the timeline (with --trace)
 
     def mark(what, coll, it):
@@ -125,7 +125,9 @@ def chaos_worker(comm, opts: DemoOptions) -> dict:
 
     for it in range(opts.iters):
         orders = ([list(range(K))] * n if opts.in_order else chaos_orders(K, n, rng))
+        t0 = time.perf_counter()
         buffers.fill(it)
+        filling.append(time.perf_counter() - t0)
         if opts.align:
             comm.barrier()      # every rank starts submitting at once: no arrival skew
         futures, submitted = [], time.perf_counter()
@@ -139,7 +141,9 @@ def chaos_worker(comm, opts: DemoOptions) -> dict:
             _wait(comm, f, opts)
             mark(MARK_RESULT, k, it)
         in_collectives.append(time.perf_counter() - submitted)
+        t0 = time.perf_counter()
         verified += buffers.check(it)
+        checking.append(time.perf_counter() - t0)
         if bar is not None:
             bar.update(1)
     if bar is not None:
@@ -148,7 +152,8 @@ def chaos_worker(comm, opts: DemoOptions) -> dict:
         status.stop()
     elapsed = time.perf_counter() - started
     out = dict(comm.stats(), verified=verified, seconds=elapsed,
-               collective_seconds=in_collectives, trace=None)   # a time per iteration
+               collective_seconds=in_collectives, trace=None,   # a time per iteration
+               fill_seconds=float(np.sum(filling)), check_seconds=float(np.sum(checking)))
     if opts.trace:      # the host marks on the daemon's clock, and how far they moved
         events = comm.trace()
         offset = clock_offset_ns(marks, events)
@@ -204,6 +209,8 @@ def summarize(opts: DemoOptions, per_rank: list[dict]) -> str:
         rows.append(f"{r['rank']:>4} {r['verified']:>8} {r['preemptions']:>8} "
                     f"{r['relaunches']:>8} {r['steps']:>8}")
     total = sum(r["verified"] for r in per_rank)
+    fill = np.mean([r["fill_seconds"] for r in per_rank])
+    check = np.mean([r["check_seconds"] for r in per_rank])
     rows.append(f"iterations: {iters}; outputs verified: {total} "
                 f"({opts.colls} collectives per iteration on {opts.nranks} ranks; a reduce "
                 f"only at its root); "
@@ -211,7 +218,10 @@ def summarize(opts: DemoOptions, per_rank: list[dict]) -> str:
                 f"relaunches: {sum(r['relaunches'] for r in per_rank)}; "
                 f"time per iteration: {1e3 * seconds / max(iters, 1):.2f} ms, of which "
                 f"{1e3 * np.mean(each):.2f} ms from a rank's first submission to "
-                f"its last completion (mean over ranks; the rest is filling and checking); "
+                f"its last completion (mean over ranks; the rest is filling, "
+                f"{1e3 * fill / max(iters, 1):.2f} ms, checking, "
+                f"{1e3 * check / max(iters, 1):.2f} ms, and waiting for the other ranks' "
+                f"host work); "
                 f"that time's median iteration {1e3 * np.median(each):.2f} ms, the first "
                 f"{1e3 * each[0]:.2f} ms (warm-up: first calls, first launches)")
     return "\n".join(rows)

@@ -419,10 +419,11 @@ def test_demo_summary_gives_the_median_iteration_beside_the_mean():
     from pydfccl.cli.demo import DemoOptions, summarize
 
     ranks = [dict(rank=r, verified=3, preemptions=0, relaunches=0, steps=9, seconds=1.0,
-                  collective_seconds=each)
+                  collective_seconds=each, fill_seconds=0.03 * (r + 1), check_seconds=0.06)
              for r, each in enumerate(([0.5, 0.002, 0.004], [0.3, 0.004, 0.002]))]
     text = summarize(DemoOptions(nranks=2, colls=1, iters=3), ranks)
     assert "of which 135.33 ms from a rank's first submission" in text
+    assert "the rest is filling, 15.00 ms, checking, 20.00 ms, and waiting" in text
     assert "median iteration 3.00 ms, the first 400.00 ms" in text
 
 

@@ -50,11 +50,12 @@ from .memory import (as_array, atomic_add_gpu, atomic_max_gpu, backoff, fence_gp
 from .primitives import (F_ALL, F_POSTDIV, F_RECV, F_SEND, SPIN_ABORT, SPIN_PREEMPT,
                          abort_seen, fence, first_unready, move, move_all, ready_now,
                          spin_wait, take_turn)
-assert SPIN_PREEMPT == PREEMPTED      # what ``remember`` sees as ``waited`` at a preemption
 from .plans import (ALL_TO_ALL, device_lane_bytes, loop_elems, plan_step, step_peers,
                     steps_per_loop)
 from .ring import channel_span, ring_index
 from .step_profile import PROFILE_STEPS, SHARED_WORDS as PROFILE_SHARED_WORDS, lap
+
+assert SPIN_PREEMPT == PREEMPTED      # what ``remember`` sees as ``waited`` at a preemption
 
 __all__ = ["make_daemon", "compile_now", "DAEMON_SIGNATURE"]
 

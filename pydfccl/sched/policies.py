@@ -69,7 +69,6 @@ __all__ = [
 PARAM_SLOTS = 8
 
 
-
 def _keep_memo(params, memo, threshold, waited, priority):
     """The default ``remember``: the policy word stays as it is (0)."""
     return memo

@@ -28,8 +28,8 @@ def policy_pairs(draw):
     policy = policy.with_params(**{n: draw(VALUES[table[n].kind]) for n in changed})
     order = draw(st.permutations(list(policy.parameters)))
     permuted = policies.Policy(policy.name, *policy.functions,
-                               {n: policy.parameters[n] for n in order},
-                               policy.preemptive, policy.quits)
+                               parameters={n: policy.parameters[n] for n in order},
+                               preemptive=policy.preemptive, quits=policy.quits)
     return policy, permuted
 
 
@@ -55,11 +55,14 @@ def test_every_function_reads_the_same_values_in_any_order(pair, backend, is_hea
     policy, permuted = pair
     assert policy.values(**backend) == permuted.values(**backend)
     a, b = policy.param_array(**backend), permuted.param_array(**backend)
-    assert policy.threshold_on_load(a, is_head, tries) == \
-        permuted.threshold_on_load(b, is_head, tries)
-    assert policy.threshold_after_wait(a, threshold, waited) == \
-        permuted.threshold_after_wait(b, threshold, waited)
-    assert policy.tries_per_pass(a, is_head) == permuted.tries_per_pass(b, is_head)
+    assert policy.threshold_on_load(a, is_head, tries, priority, threshold) == \
+        permuted.threshold_on_load(b, is_head, tries, priority, threshold)
+    assert policy.threshold_after_wait(a, threshold, waited, priority) == \
+        permuted.threshold_after_wait(b, threshold, waited, priority)
+    assert policy.remember(a, seq, threshold, waited, priority) == \
+        permuted.remember(b, seq, threshold, waited, priority)
+    assert policy.tries_per_pass(a, is_head, priority) == \
+        permuted.tries_per_pass(b, is_head, priority)
     assert policy.order_key(a, priority, seq, coll) == permuted.order_key(b, priority, seq,
                                                                           coll)
     assert policy.should_quit(a, waited) == permuted.should_quit(b, waited)

@@ -1,6 +1,6 @@
 """``python -m pydfccl check-policy NAME``: is a policy ready for the device, in seconds?
 
-First its five functions are compiled with Numba on the CPU with the argument types the
+First its functions are compiled with Numba on the CPU with the argument types the
 daemon passes (:mod:`pydfccl.kernels.policy_types`): what cannot compile for the device is
 refused with its line. Then a bounded random trial in the model (:mod:`pydfccl.sched.trial`)
 checks the property tests' oracle; a failure is written as a counterexample file for

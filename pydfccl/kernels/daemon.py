@@ -27,7 +27,7 @@ its ``limit`` argument: the persistent daemon has none (``layout.NO_LIMIT``); th
 launch-per-collective baseline passes the runs submitted when it was launched, so that
 every block of a launch takes the same runs and leaves the rest to the next launch whole.
 
-``make_daemon(policy, nthreads)`` compiles the policy's five functions into a daemon (one
+``make_daemon(policy, nthreads)`` compiles the policy's functions into a daemon (one
 signature: nine int64 scalars; cached on disk under a key of its sources, see
 ``compiler``); one kernel per policy and register cap (blocks of up to 256 threads get
 more registers than wider ones), everything else (sizes, counts, parameters) is data.
@@ -40,7 +40,7 @@ import numpy as np
 from numba import cuda
 
 from ..protocol import layout as L
-from ..sched.policies import PARAM_SLOTS
+from ..sched.policies import PARAM_SLOTS, PREEMPTED
 from . import step_profile
 from .compiler import MAX_THREADS, daemon_kernel, register_cap
 from .divide import remainder
@@ -54,6 +54,8 @@ from .plans import (ALL_TO_ALL, device_lane_bytes, loop_elems, plan_step, step_p
                     steps_per_loop)
 from .ring import channel_span, ring_index
 from .step_profile import PROFILE_STEPS, SHARED_WORDS as PROFILE_SHARED_WORDS, lap
+
+assert SPIN_PREEMPT == PREEMPTED      # what ``remember`` sees as ``waited`` at a preemption
 
 __all__ = ["make_daemon", "compile_now", "DAEMON_SIGNATURE"]
 
@@ -90,6 +92,7 @@ T_ACTIVE, T_SEQ, T_SEND, T_RECV, T_STEP, T_LOOP, T_TRIES, T_SENT, T_RECVD, T_PRI
     L.TASK_F[k] // 8 for k in ("active", "seq", "send", "recv", "step", "loop", "tries", "sent",
                                "recvd", "priority"))
 T_RUNS, T_QUEUED, T_DEQUEUED = (L.TASK_F[k] // 8 for k in ("runs", "queued", "dequeued"))
+T_MEMO = L.TASK_F["memo"] // 8     # the policy's word (``remember``), in the saved context
 # Runs absorbed while a run of their collective is active wait in the block's queue of that
 # collective (block-private too), RUNS - 1 deep: the host keeps at most RUNS in flight.
 RUNS = L.RUNS_IN_FLIGHT
@@ -348,13 +351,25 @@ def _finish(st, sh, ctl, pool, colls, tasks, coll, block):
 
 
 def make_daemon(policy, nthreads: int = MAX_THREADS):
-    """Compile ``policy`` into a daemon kernel (all five functions become device code) for
+    """Compile ``policy`` into a daemon kernel (all its functions become device code) for
     blocks of up to ``nthreads`` threads (``compiler.register_cap``)."""
     threshold_on_load = cuda.jit(device=True)(policy.threshold_on_load)
     threshold_after_wait = cuda.jit(device=True)(policy.threshold_after_wait)
     tries_per_pass = cuda.jit(device=True)(policy.tries_per_pass)
     order_key = cuda.jit(device=True)(policy.order_key)
     should_quit = cuda.jit(device=True)(policy.should_quit)
+    remember = cuda.jit(device=True)(policy.remember)
+    remembers = policy.remembers     # a constant: without remember the calls compile away
+
+    @cuda.jit(device=True)
+    def _remember(st, tasks, params, waited):
+        """The task's policy word after a wait ended (``waited``: PREEMPTED at a
+        preemption), kept in its context at once: a preemption's save and a reload find it
+        there."""
+        if remembers:
+            task = st[S_CUR] * TASK_WORDS
+            tasks[task + T_MEMO] = remember(params, tasks[task + T_MEMO], st[S_THRESH],
+                                            waited, tasks[task + T_PRIO])
 
     @cuda.jit(device=True)
     def _may_quit(st, params, pool):
@@ -377,6 +392,7 @@ def make_daemon(policy, nthreads: int = MAX_THREADS):
         tasks[task + T_LOOP] = 0
         tasks[task + T_TRIES] = 0
         tasks[task + T_PRIO] = prio
+        tasks[task + T_MEMO] = 0
         tasks[task + T_ACTIVE] = 1
         _insert(act, akey, sh, coll, order_key(params, prio, seq, coll))
 
@@ -462,7 +478,8 @@ def make_daemon(policy, nthreads: int = MAX_THREADS):
         st[S_END] = end
         st[S_NLOOPS] = nloops
         st[S_SLOT_ELEMS] = slot_elems
-        st[S_THRESH] = threshold_on_load(params, is_head, st[S_TRIES])
+        st[S_THRESH] = threshold_on_load(params, is_head, st[S_TRIES], tasks[task + T_PRIO],
+                                         tasks[task + T_MEMO])
         _trace(st, pool, block, EV_LOADED, coll, st[S_LOOP] * 1024 + st[S_STEP], 0, 0)
 
     @cuda.jit(device=True)
@@ -529,7 +546,8 @@ def make_daemon(policy, nthreads: int = MAX_THREADS):
                     continue
                 is_head = 1 if st[S_POS] == 0 else 0
                 if st[S_TRIES_LEFT] <= 0:
-                    st[S_TRIES_LEFT] = max(1, tries_per_pass(params, is_head))
+                    st[S_TRIES_LEFT] = max(1, tries_per_pass(
+                        params, is_head, tasks[act[st[S_POS]] * TASK_WORDS + T_PRIO]))
                 load_task(st, pool, colls, tasks, params, act[st[S_POS]], block, nranks,
                           slot_bytes, is_head)
                 lap(prof, step_profile.PH_LOAD)
@@ -581,6 +599,7 @@ def make_daemon(policy, nthreads: int = MAX_THREADS):
                        budget, flags)
                 _publish(st, status, _waits(mine, need_tail, need_head, lanes, rank, nranks,
                                             from_rank, to_rank))
+                _remember(st, tasks, params, PREEMPTED)
                 save_task(st, tasks, 1)
                 st[S_PREEMPTIONS] += 1
                 store_volatile(status + BS_PREEMPTIONS, st[S_PREEMPTIONS])
@@ -589,7 +608,9 @@ def make_daemon(policy, nthreads: int = MAX_THREADS):
                     st[S_POS] += 1
                 continue
 
-            st[S_THRESH] = threshold_after_wait(params, st[S_THRESH], waited)
+            st[S_THRESH] = threshold_after_wait(params, st[S_THRESH], waited,
+                                                tasks[coll * TASK_WORDS + T_PRIO])
+            _remember(st, tasks, params, waited)
             _progress(st, pool)
             nxt = _conn(peers[to_rank], conn, block, nblocks, conn_stride)
             st[S_TO_CONN] = nxt      # where post_step publishes the step

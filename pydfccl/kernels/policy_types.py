@@ -1,4 +1,4 @@
-"""A policy's five functions type-checked as the daemon compiles them, in a second.
+"""A policy's functions type-checked as the daemon compiles them, in a second.
 
 The daemon (``make_daemon`` in :mod:`.daemon`) compiles each function as a CUDA device
 function and calls it with int64 values and the parameters as an int64 array in shared
@@ -18,19 +18,15 @@ import linecache
 import re
 from functools import lru_cache
 
+from ..sched.signatures import ARGS
+
 __all__ = ["PolicyTypeError", "DEVICE_SIGNATURES", "check_policy_types", "check_function"]
 
 # The argument types of each call in daemon.py: ``params`` is the block's shared int64
 # array (C-contiguous); is_head, try_count (st[S_TRIES]), threshold (st[S_THRESH]), waited
-# (spin_wait's int64), priority (tasks[T_PRIO]), seq, coll and idle (now_ns() - ...) are
-# int64 words.
-_ARGS = {
-    "threshold_on_load": ("params", "is_head", "try_count"),
-    "threshold_after_wait": ("params", "threshold", "waited"),
-    "tries_per_pass": ("params", "is_head"),
-    "order_key": ("params", "priority", "seq", "coll"),
-    "should_quit": ("params", "idle"),
-}
+# (spin_wait's int64), priority (tasks[T_PRIO]), memo (tasks[T_MEMO]), seq, coll and idle
+# (now_ns() - ...) are int64 words. The names and their order: sched.signatures.ARGS.
+_ARGS = ARGS
 DEVICE_SIGNATURES = {name: len(args) for name, args in _ARGS.items()}
 
 

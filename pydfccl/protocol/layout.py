@@ -120,7 +120,8 @@ TASK = np.dtype([          # the saved context of one collective on one block
     ("runs", I8),          # runs of this collective this block has finished, ever
     ("queued", I8),        # runs queued behind the active one (QUEUED_RUN), ever
     ("dequeued", I8),      # of those, runs taken from the queue, ever
-    ("pad", I8, 3),
+    ("memo", I8),          # the policy's word for this run (its ``remember``), from 0
+    ("pad", I8, 2),
 ])
 
 SQ_COPY = np.dtype([       # an SQ entry as the first block of the rank to read it copied it

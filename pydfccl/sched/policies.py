@@ -2,7 +2,7 @@
 
 A policy decides, for the daemon of each rank, how long a primitive may wait before its
 collective is preempted, in which order waiting collectives are tried, and when the daemon
-quits voluntarily. The same five functions run on the host, in the model
+quits voluntarily. The same functions run on the host, in the model
 (:mod:`pydfccl.sched.model`) and, compiled by Numba, inside the daemon kernel, so what the
 model says is what the GPU does.
 
@@ -20,14 +20,16 @@ Time is in nanoseconds on the GPU (``%globaltimer``) and in the simulator
 condition), so the same functions serve all three; a ``time`` parameter takes each
 backend's unit (:mod:`.params`).
 
-The five functions, with ``params`` first:
+The functions, with ``params`` first (:mod:`.signatures` holds the table; functions of the
+older signatures, without ``priority`` and ``memo``, are adapted):
 
-``threshold_on_load(params, is_head, try_count)``
+``threshold_on_load(params, is_head, try_count, priority, memo)``
     the time each primitive may wait when a task is (re)loaded; ``try_count`` counts loads
-    of this task instance, starting at 1; ``is_head`` is 1 for the first task in order.
-``threshold_after_wait(params, threshold, waited)``
+    of this task instance, starting at 1; ``is_head`` is 1 for the first task in order;
+    ``priority`` is the collective's; ``memo`` is the task's policy word (``remember``).
+``threshold_after_wait(params, threshold, waited, priority)``
     new budget after a primitive waited ``waited`` and then succeeded (stickiness).
-``tries_per_pass(params, is_head)``
+``tries_per_pass(params, is_head, priority)``
     how many times a task is loaded in one pass over the task list.
 ``order_key(params, priority, seq, coll)``
     tasks run in increasing key order; ``seq`` is the per-rank submission number and
@@ -35,6 +37,11 @@ The five functions, with ``params`` first:
 ``should_quit(params, idle)``
     1 when the daemon should exit, ``idle`` being the time since its rank's last progress,
     any block's (waiting on stuck tasks or polling an empty queue).
+``remember(params, memo, threshold, waited, priority)`` (optional; default: keep ``memo``)
+    the task's new policy word, once each wait ends: after a success with the budget
+    ``threshold_after_wait`` returned, and at a preemption with ``waited`` = ``PREEMPTED``
+    (-1) and the budget that ran out. The word is part of the task's saved context: 0 when
+    a run starts, kept across preemptions and reloads, read by ``threshold_on_load``.
 """
 
 from __future__ import annotations
@@ -45,11 +52,13 @@ from typing import Callable, Dict, Mapping
 import numpy as np
 
 from .params import NEVER, Param, backend
+from .signatures import PREEMPTED, ROLES, adapt
 from .slots import bind, unbound
 
 __all__ = [
     "PARAM_SLOTS",
     "NEVER",
+    "PREEMPTED",
     "Param",
     "Policy",
     "register",
@@ -59,8 +68,10 @@ __all__ = [
 
 PARAM_SLOTS = 8
 
-_FUNCTIONS = ("threshold_on_load", "threshold_after_wait", "tries_per_pass", "order_key",
-              "should_quit")
+
+def _keep_memo(params, memo, threshold, waited, priority):
+    """The default ``remember``: the policy word stays as it is (0)."""
+    return memo
 
 
 @dataclass(frozen=True)
@@ -71,7 +82,9 @@ class Policy:
     nanoseconds), its kind, and where needed its own value on the simulator or the model;
     the slots follow the table's order, and the functions read them by name. Parameters
     are data, so changing them never recompiles the daemon; the functions are code, so a
-    new policy compiles one new daemon kernel (cached on disk).
+    new policy compiles one new daemon kernel (cached on disk). ``remember`` keeps a word
+    per task across reloads; without it the word stays 0. Pass the table as
+    ``parameters=``: the argument after ``should_quit`` is ``remember``.
     """
 
     name: str
@@ -80,6 +93,7 @@ class Policy:
     tries_per_pass: Callable
     order_key: Callable
     should_quit: Callable
+    remember: Callable = _keep_memo
     parameters: Mapping[str, Param] = field(default_factory=dict)
     preemptive: bool = True
     # False when ``should_quit`` never says yes: the host then holds device frees while the
@@ -87,6 +101,9 @@ class Policy:
     quits: bool = True
 
     def __post_init__(self):
+        if isinstance(self.remember, Mapping):
+            raise TypeError(f"policy {self.name!r}: the argument after should_quit is "
+                            "remember; pass the table as parameters=...")
         table = dict(self.parameters)
         for name, param in table.items():
             if not (isinstance(name, str) and name.isidentifier()):
@@ -99,8 +116,9 @@ class Policy:
         if len(table) > PARAM_SLOTS:
             raise ValueError(f"policy {self.name!r} has more than {PARAM_SLOTS} parameters")
         object.__setattr__(self, "parameters", table)
-        for fn in _FUNCTIONS:
-            object.__setattr__(self, fn, bind(getattr(self, fn), self.slots, self.name))
+        for role in ROLES:
+            fn = adapt(unbound(getattr(self, role)), role, self.name)
+            object.__setattr__(self, role, bind(fn, self.slots, self.name))
 
     def __reduce__(self):
         # the bound copies are not importable by name; the functions as written are
@@ -160,12 +178,18 @@ class Policy:
 
     @property
     def functions(self):
-        return tuple(getattr(self, fn) for fn in _FUNCTIONS)
+        """The six functions in the order of :data:`.signatures.ROLES` (``remember`` last)."""
+        return tuple(getattr(self, role) for role in ROLES)
+
+    @property
+    def remembers(self) -> bool:
+        """Whether the policy keeps a word per task (a ``remember`` of its own)."""
+        return unbound(self.remember) is not _keep_memo
 
 
 # --- dfccl: the paper's stickiness ---------------------------------------------------------
 
-def _dfccl_threshold_on_load(params, is_head, try_count):
+def _dfccl_threshold_on_load(params, is_head, try_count, priority, memo):
     """BASE, or for the queue head HEAD_BASE if larger, times the loads so far, up to
     NUM_TRY. The paper gives the head "a high initial threshold so it can wait for its
     peers"; the original code, and our default (HEAD_BASE 0), give it BASE and more tries
@@ -174,11 +198,11 @@ def _dfccl_threshold_on_load(params, is_head, try_count):
     return base * min(try_count, params[NUM_TRY])
 
 
-def _dfccl_threshold_after_wait(params, threshold, waited):
+def _dfccl_threshold_after_wait(params, threshold, waited, priority):
     return max(threshold, params[FACTOR] * waited)
 
 
-def _dfccl_tries_per_pass(params, is_head):
+def _dfccl_tries_per_pass(params, is_head, priority):
     if is_head:
         return params[NUM_TRY]
     return 1
@@ -201,21 +225,21 @@ def _quit_after_idle(params, idle):
 
 # --- fixed: one constant threshold, no stickiness --------------------------------------------
 
-def _fixed_threshold_on_load(params, is_head, try_count):
+def _fixed_threshold_on_load(params, is_head, try_count, priority, memo):
     return params[THRESHOLD]
 
 
-def _keep_threshold(params, threshold, waited):
+def _keep_threshold(params, threshold, waited, priority):
     return threshold
 
 
-def _once_per_pass(params, is_head):
+def _once_per_pass(params, is_head, priority):
     return 1
 
 
 # --- nccl: never preempt, submission order, never quit -------------------------------------
 
-def _never_threshold(params, is_head, try_count):
+def _never_threshold(params, is_head, try_count, priority, memo):
     return NEVER
 
 
@@ -232,7 +256,7 @@ def _never_quit(params, idle):
 # how long it has been tried; other tasks are only probed (a tenth of BASE) so that a rank
 # that is ahead does not keep its peers waiting for data it could already send.
 
-def _patient_head_threshold_on_load(params, is_head, try_count):
+def _patient_head_threshold_on_load(params, is_head, try_count, priority, memo):
     if is_head:
         return params[BASE] * min(try_count, 4 * params[NUM_TRY])
     return max(params[BASE] // 10, 1)
@@ -287,18 +311,18 @@ _STICKY = dict(BASE=Param.time(20_000), FACTOR=Param.count(5), NUM_TRY=Param.cou
 # parameter to try (--param HEAD_BASE=NS).
 register(Policy("dfccl", _dfccl_threshold_on_load, _dfccl_threshold_after_wait,
                 _dfccl_tries_per_pass, _priority_then_agreed, _quit_after_idle,
-                dict(_STICKY, HEAD_BASE=Param.time(0))))
+                parameters=dict(_STICKY, HEAD_BASE=Param.time(0))))
 register(Policy("fixed", _fixed_threshold_on_load, _keep_threshold, _once_per_pass,
                 _priority_then_agreed, _quit_after_idle,
-                dict(THRESHOLD=Param.time(50_000), QUIT_AFTER=_QUIT_AFTER,
-                     PRIORITY_SHIFT=Param.count(40), ORDER_BY_ID=Param.flag(1))))
+                parameters=dict(THRESHOLD=Param.time(50_000), QUIT_AFTER=_QUIT_AFTER,
+                                PRIORITY_SHIFT=Param.count(40), ORDER_BY_ID=Param.flag(1))))
 register(Policy("nccl", _never_threshold, _keep_threshold, _once_per_pass, _submission_order,
                 _never_quit, preemptive=False, quits=False))
 # The launch-per-collective baseline: nccl's behaviour, but the kernel exits as soon as the
 # queue is empty (the host launches it once per collective).
 register(Policy("launch_per_call", _never_threshold, _keep_threshold, _once_per_pass,
-                _submission_order, _quit_after_idle, dict(QUIT_AFTER=Param.time(0)),
-                preemptive=False))
+                _submission_order, _quit_after_idle,
+                parameters=dict(QUIT_AFTER=Param.time(0)), preemptive=False))
 register(Policy("patient_head", _patient_head_threshold_on_load, _dfccl_threshold_after_wait,
                 _dfccl_tries_per_pass, _priority_then_agreed, _quit_after_idle,
-                dict(_STICKY)))
+                parameters=dict(_STICKY)))

@@ -15,15 +15,23 @@ def quits_ever(should_quit, params):
     return any(should_quit(params, k) for k in probes)
 
 
-def longest_pass(threshold_on_load, tries_per_pass, params, ncolls):
-    """Ticks a daemon can spin through one pass over ``ncolls`` tasks without progress: it
-    asks ``should_quit`` only between passes, and a long head budget (dfccl's HEAD_BASE)
-    makes a pass outlast QUIT_AFTER many times over (HEAD_BASE 500 and NUM_TRY 5 spin 7,500
-    ticks on the head alone)."""
+def longest_pass(threshold_on_load, tries_per_pass, params, priorities):
+    """Ticks a daemon can spin through one pass over tasks of ``priorities`` (one each)
+    without progress, and the longest budget that allows for: it asks ``should_quit`` only
+    between passes, and a long head budget (dfccl's HEAD_BASE) makes a pass outlast
+    QUIT_AFTER many times over (HEAD_BASE 500 and NUM_TRY 5 spin 7,500 ticks on the head
+    alone). Budgets are taken with the policy word at 0, as a run starts; the model widens
+    its window when a word makes one longer."""
+    kinds = sorted(set(priorities)) or [0]
+
+    def budget(is_head):
+        return max(threshold_on_load(params, is_head, t, prio, 0)
+                   for t in range(1, 65) for prio in kinds)
+
     def spins(is_head):
-        longest = max(threshold_on_load(params, is_head, t) for t in range(1, 65))
-        return max(1, tries_per_pass(params, is_head)) * longest
-    return spins(1) + (ncolls - 1) * spins(0)
+        return max(max(1, tries_per_pass(params, is_head, prio)) for prio in kinds) * \
+            budget(is_head)
+    return spins(1) + (len(priorities) - 1) * spins(0), max(budget(1), budget(0))
 
 
 def default_quiet_ticks(should_quit, params, nranks, quits, pass_ticks):

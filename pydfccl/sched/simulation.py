@@ -6,7 +6,7 @@ from __future__ import annotations
 import bisect
 import random
 
-from .policies import NEVER
+from .policies import NEVER, PREEMPTED
 from .quiet import default_quiet_ticks, longest_pass, quits_ever
 from .schedule import COMPLETED, DEADLOCK, LIVELOCK, Result
 from .steps import OneShotColl, RingColl
@@ -15,17 +15,19 @@ from .wait_graph import find_wait_cycle
 __all__ = ["Simulation"]
 
 _SPIN, _IDLE = "spin", "idle"  # what a daemon asks for in its next turn
-_PREEMPTED = -1                # sent back into the daemon instead of a spin count
+_PREEMPTED = PREEMPTED         # sent back into the daemon instead of a spin count
 _IDLE_SCAN = 1 << 16           # empty polls looked ahead in one jump
 
 
 class _Task:
-    """A collective as one rank's daemon sees it (the kernel's saved context)."""
+    """A collective as one rank's daemon sees it (the kernel's saved context, with the
+    policy's word ``memo``)."""
 
-    __slots__ = ("coll", "seq", "key", "try_count")
+    __slots__ = ("coll", "seq", "key", "priority", "try_count", "memo")
 
-    def __init__(self, coll, seq, key):
-        self.coll, self.seq, self.key, self.try_count = coll, seq, key, 0
+    def __init__(self, coll, seq, key, priority):
+        self.coll, self.seq, self.key, self.priority = coll, seq, key, priority
+        self.try_count = self.memo = 0
 
 
 def _task_key(task):
@@ -62,7 +64,8 @@ class Simulation:
         self.n = n
         self.p = tuple(int(x) for x in params)
         (self.threshold_on_load, self.threshold_after_wait, self.tries_per_pass,
-         self.order_key, self.should_quit) = policy.functions
+         self.order_key, self.should_quit, self.remember) = policy.functions
+        self.remembers = policy.remembers
         self.quits_ever = quits_ever(self.should_quit, self.p)
         self.relaunch_ticks = relaunch_ticks
         self.rng = None if seed is None else random.Random(seed)
@@ -80,9 +83,12 @@ class Simulation:
             else:
                 self.colls[cid] = RingColl(cid, k.count, n, nslots, slot_elems, own)
             self.expected[cid] = [sum(col) for col in zip(*own)]
-        if max_quiet_ticks is None:
-            longest = longest_pass(self.threshold_on_load, self.tries_per_pass, self.p,
-                                   len(schedule.collectives)) if self.quits_ever else 0
+        self.auto_quiet = max_quiet_ticks is None
+        self.budget_seen = 0    # the longest budget the quiet window allows for
+        if self.auto_quiet:
+            longest, self.budget_seen = longest_pass(
+                self.threshold_on_load, self.tries_per_pass, self.p,
+                sorted(self.priority.values())) if self.quits_ever else (0, 0)
             max_quiet_ticks = default_quiet_ticks(self.should_quit, self.p, n,
                                                   self.quits_ever, longest)
         self.max_quiet = max_quiet_ticks
@@ -129,11 +135,23 @@ class Simulation:
         """A host in a device sync behind its stream's wait holds up the rank's launches."""
         return bool(rk.stream) and self._at(rk, "sync")
 
+    def _longer_budget(self, threshold):
+        """A budget longer than the quiet window allows for (one that a policy's word
+        raised): widen the window to passes of such budgets."""
+        self.budget_seen = threshold
+        if self.auto_quiet and self.quits_ever and threshold < NEVER:
+            tries = max(max(1, self.tries_per_pass(self.p, h, prio))
+                        for h in (0, 1) for prio in set(self.priority.values()))
+            longest = tries * threshold * len(self.colls)
+            self.max_quiet = max(self.max_quiet, default_quiet_ticks(
+                self.should_quit, self.p, self.n, True, longest))
+
     def _submit(self, rk, cid):
         coll = self.colls[cid]
         rk.seq += 1
-        key = self.order_key(self.p, self.priority[cid], rk.seq, self.index[cid])
-        rk.pending.append(_Task(coll, rk.seq, key))
+        priority = self.priority[cid]
+        key = self.order_key(self.p, priority, rk.seq, self.index[cid])
+        rk.pending.append(_Task(coll, rk.seq, key, priority))
         rk.outstanding += 1
         self.outstanding += 1
         self.changed = True
@@ -187,11 +205,14 @@ class Simulation:
                     pos = 0
                     continue
                 is_head = 1 if pos == 0 else 0
-                if tries_left <= 0:
-                    tries_left = max(1, self.tries_per_pass(p, is_head))
                 cur = act[pos]
+                if tries_left <= 0:
+                    tries_left = max(1, self.tries_per_pass(p, is_head, cur.priority))
                 cur.try_count += 1
-                threshold = self.threshold_on_load(p, is_head, cur.try_count)
+                threshold = self.threshold_on_load(p, is_head, cur.try_count, cur.priority,
+                                                   cur.memo)
+                if threshold > self.budget_seen:
+                    self._longer_budget(threshold)
             coll = cur.coll
             if coll.step[r] == coll.nsteps:                   # done: retire it
                 del act[pos]
@@ -202,6 +223,8 @@ class Simulation:
             rk.task, rk.threshold, rk.spins = cur, threshold, 0
             spins = yield _SPIN                               # _turn spins, once a tick
             if spins == _PREEMPTED:
+                if self.remembers:
+                    cur.memo = self.remember(p, cur.memo, threshold, PREEMPTED, cur.priority)
                 cur = None
                 # the kernel's clock ran for every check the budget allowed, and a budget
                 # of 0 still checks once: time passes, so a stuck daemon comes to quit
@@ -210,7 +233,9 @@ class Simulation:
                 if tries_left <= 0:
                     pos += 1
                 continue
-            threshold = self.threshold_after_wait(p, threshold, spins)
+            threshold = self.threshold_after_wait(p, threshold, spins, cur.priority)
+            if self.remembers:
+                cur.memo = self.remember(p, cur.memo, threshold, spins, cur.priority)
             rk.idle = 0
 
     def _retire(self, rk, task):

@@ -31,28 +31,32 @@ _BOUND: Dict[Tuple[Callable, Tuple[Tuple[str, int], ...]], Callable] = {}
 
 
 def unbound(fn: Callable) -> Callable:
-    """The function as its author wrote it (``fn`` itself unless :func:`bind` made it)."""
+    """The function as its author wrote it (``fn`` itself unless :func:`bind` made it, or
+    :func:`~pydfccl.sched.signatures.adapt` from one of an older signature)."""
     return getattr(fn, "_pydfccl_unbound", fn)
 
 
 def bind(fn: Callable, slots: Mapping[str, int], policy: str = "") -> Callable:
     """``fn`` reading each parameter name as its slot in ``slots``; the same object for the
-    same function and layout, so that a policy with new values keeps its compiled daemon."""
-    original = unbound(fn)
+    same function and layout, so that a policy with new values keeps its compiled daemon.
+    ``fn`` may be a function as written, one adapted from an older signature, or a bound
+    copy (whose code is bound again)."""
+    source = getattr(fn, "_pydfccl_source", fn)   # a bound copy's: the code it copied
     layout = tuple(slots.items())
-    bound = _BOUND.get((original, layout))
+    bound = _BOUND.get((source, layout))
     if bound is None:
-        _check_reads(original, slots, policy)
-        scope = dict(original.__globals__)
+        _check_reads(source, slots, policy)
+        scope = dict(source.__globals__)
         scope.update(slots)
-        bound = types.FunctionType(original.__code__, scope, original.__name__,
-                                   original.__defaults__, original.__closure__)
-        bound.__kwdefaults__ = original.__kwdefaults__
-        bound.__qualname__ = original.__qualname__
-        bound.__module__ = original.__module__
-        bound.__doc__ = original.__doc__
-        bound._pydfccl_unbound = original
-        _BOUND[(original, layout)] = bound
+        bound = types.FunctionType(source.__code__, scope, source.__name__,
+                                   source.__defaults__, source.__closure__)
+        bound.__kwdefaults__ = source.__kwdefaults__
+        bound.__qualname__ = source.__qualname__
+        bound.__module__ = source.__module__
+        bound.__doc__ = source.__doc__
+        bound._pydfccl_unbound = unbound(source)
+        bound._pydfccl_source = source
+        _BOUND[(source, layout)] = bound
     return bound
 
 

@@ -76,7 +76,8 @@ def test_what_the_device_cannot_compile_is_refused_with_its_line(plugins, attr, 
 
 def test_a_lambda_policy_is_checked_too():
     dfccl = get_policy("dfccl")
-    policy = Policy("listy", lambda params, is_head, try_count: len([1, 2]),
+    policy = Policy("listy",
+                    lambda params, is_head, try_count, priority, memo: len([1, 2]),
                     *dfccl.functions[1:], parameters=dict(dfccl.parameters))
     with pytest.raises(PolicyTypeError, match="builds a Python object"):
         check_policy_types(policy)

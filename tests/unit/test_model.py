@@ -101,12 +101,14 @@ def test_dfccl_can_give_the_queue_head_a_higher_first_budget():
     for backend in (dict(), dict(simulator=True), dict(model=True)):
         params = dfccl.param_array(**backend)
         base = dfccl.values(**backend)["BASE"]
-        assert on_load(params, 1, 1) == on_load(params, 0, 1) == base
+        assert on_load(params, 1, 1, 0, 0) == on_load(params, 0, 1, 0, 0) == base
     head = dfccl.with_params(HEAD_BASE=100_000).param_array()
-    assert [on_load(head, 1, t) for t in (1, 2, 5, 9)] == [100_000, 200_000, 500_000, 500_000]
-    assert [on_load(head, 0, t) for t in (1, 2, 5, 9)] == [20_000, 40_000, 100_000, 100_000]
-    assert on_load(dfccl.with_params(BASE=300_000, HEAD_BASE=100_000).param_array(), 1, 1) \
-        == 300_000
+    assert [on_load(head, 1, t, 0, 0) for t in (1, 2, 5, 9)] == \
+        [100_000, 200_000, 500_000, 500_000]
+    assert [on_load(head, 0, t, 0, 0) for t in (1, 2, 5, 9)] == \
+        [20_000, 40_000, 100_000, 100_000]
+    assert on_load(dfccl.with_params(BASE=300_000, HEAD_BASE=100_000).param_array(), 1, 1,
+                   0, 0) == 300_000
 
 
 def test_gpu_sized_budgets_stay_cheap():

@@ -14,8 +14,8 @@ BACKENDS = [dict(), dict(simulator=True), dict(model=True)]
 
 def rebuilt(policy, table, name=None):
     """``policy``'s functions over another parameter table."""
-    return Policy(name or policy.name, *policy.functions, table, policy.preemptive,
-                  policy.quits)
+    return Policy(name or policy.name, *policy.functions, parameters=table,
+                  preemptive=policy.preemptive, quits=policy.quits)
 
 
 def reversed_table(policy):
@@ -35,12 +35,14 @@ def test_reordering_the_table_cannot_change_what_a_function_reads(name):
         assert policy.values(**backend) == flipped.values(**backend)
         for is_head in (0, 1):
             for tries in (1, 2, 7):
-                assert policy.threshold_on_load(a, is_head, tries) == \
-                    flipped.threshold_on_load(b, is_head, tries)
-            assert policy.tries_per_pass(a, is_head) == flipped.tries_per_pass(b, is_head)
-        for waited in (0, 3, 10 ** 7):
-            assert policy.threshold_after_wait(a, 100, waited) == \
-                flipped.threshold_after_wait(b, 100, waited)
+                assert policy.threshold_on_load(a, is_head, tries, 1, 9) == \
+                    flipped.threshold_on_load(b, is_head, tries, 1, 9)
+            assert policy.tries_per_pass(a, is_head, 1) == flipped.tries_per_pass(b, is_head, 1)
+        for waited in (-1, 0, 3, 10 ** 7):
+            assert policy.threshold_after_wait(a, 100, waited, 1) == \
+                flipped.threshold_after_wait(b, 100, waited, 1)
+            assert policy.remember(a, 5, 100, waited, 1) == \
+                flipped.remember(b, 5, 100, waited, 1)
         assert policy.order_key(a, 2, 5, 3) == flipped.order_key(b, 2, 5, 3)
         for idle in (0, 1, 1999, 2000, 5 * 10 ** 6, 10 ** 9):
             assert policy.should_quit(a, idle) == flipped.should_quit(b, idle)
@@ -59,7 +61,7 @@ def test_quit_after_stays_quit_after_when_another_parameter_takes_its_place():
     policy = rebuilt(dfccl, swapped)
     assert policy.slots["QUIT_AFTER"] == 0 and policy.slots["BASE"] == 3
     params = policy.param_array()
-    assert policy.threshold_on_load(params, 0, 1) == 20_000
+    assert policy.threshold_on_load(params, 0, 1, 0, 0) == 20_000
     assert policy.should_quit(params, 4_999_999) == 0 and policy.should_quit(params, 5_000_000)
 
 
@@ -78,7 +80,7 @@ def test_a_positional_read_is_refused():
     nccl = get_policy("nccl")
     with pytest.raises(ValueError, match=r"reads params\[3\] by position"):
         Policy("p", nccl.threshold_on_load, nccl.threshold_after_wait, nccl.tries_per_pass,
-               nccl.order_key, by_position, dict(QUIT_AFTER=Param.time(1000)))
+               nccl.order_key, by_position, parameters=dict(QUIT_AFTER=Param.time(1000)))
 
 
 def test_an_undeclared_name_is_refused():
@@ -88,7 +90,7 @@ def test_an_undeclared_name_is_refused():
     nccl = get_policy("nccl")
     with pytest.raises(ValueError, match=r"QUIT_AFTR\], which the policy does not declare"):
         Policy("p", nccl.threshold_on_load, nccl.threshold_after_wait, nccl.tries_per_pass,
-               nccl.order_key, typo, dict(QUIT_AFTER=Param.time(1000)))
+               nccl.order_key, typo, parameters=dict(QUIT_AFTER=Param.time(1000)))
 
 
 def test_a_parameter_may_not_take_the_name_of_a_global_the_function_reads():

@@ -15,6 +15,7 @@ import time
 import numpy as np
 
 from ..log import logger
+from ..protocol.layout import unpack_step
 from . import liveness
 
 __all__ = ["Watchdog", "wait_for_report", "rank_status", "format_status", "DEFAULT_TIMEOUT"]
@@ -35,8 +36,8 @@ def rank_status(world, rank: int) -> dict:
                  ((WAITS_DATA, (word >> 2) & 0xFFFF, "data from"),
                   (WAITS_CREDIT, (word >> 18) & 0xFFFF, "slot credit from"))
                  if coll >= 0 and word & flag and peer != rank]
-        per_block.append(dict(block=b, coll=coll if coll >= 0 else None,
-                              loop=int(blk["step"]) // 1024, step=int(blk["step"]) % 1024,
+        loop, step = unpack_step(int(blk["step"]))
+        per_block.append(dict(block=b, coll=coll if coll >= 0 else None, loop=loop, step=step,
                               waits=waits))
     return dict(rank=rank,
                 outstanding=int(ctl["host_submitted"][rank] - ctl["host_completed"][rank]),

@@ -148,6 +148,8 @@ OP_AVG = 4
 
 DAEMON_SIGNATURE = "void(int64, int64, int64, int64, int64, int64, int64, int64, int64)"
 
+step_word = cuda.jit(device=True)(L.pack_step)    # the status row's and event log's
+
 
 @cuda.jit(device=True)
 def _conn(base, conn, block, nblocks, conn_stride):
@@ -217,7 +219,7 @@ def _publish(st, status, waits):
     ``waits`` is WAITS_DATA | WAITS_CREDIT flags, the rank the data comes from << 2 and the
     rank the credit comes from << 18 (see watchdog.rank_status)."""
     store_volatile(status + BS_COLL, st[S_CUR] + 1)
-    store_volatile(status + BS_STEP, st[S_LOOP] * 1024 + st[S_STEP])
+    store_volatile(status + BS_STEP, step_word(st[S_LOOP], st[S_STEP]))
     store_volatile(status + BS_WAITS, waits)
     store_volatile(status + BS_PROGRESS, st[S_PROGRESS])
 
@@ -469,7 +471,7 @@ def make_daemon(policy, nthreads: int = MAX_THREADS):
         st[S_NLOOPS] = nloops
         st[S_SLOT_ELEMS] = slot_elems
         st[S_THRESH] = threshold_on_load(params, is_head, st[S_TRIES])
-        _trace(st, pool, block, EV_LOADED, coll, st[S_LOOP] * 1024 + st[S_STEP], 0, 0)
+        _trace(st, pool, block, EV_LOADED, coll, step_word(st[S_LOOP], st[S_STEP]), 0, 0)
 
     @cuda.jit(device=True)
     def save_task(st, tasks, active):
@@ -583,7 +585,7 @@ def make_daemon(policy, nthreads: int = MAX_THREADS):
                 sh[SH_CMD] = CMD_EXIT
                 return
             if waited == SPIN_PREEMPT:
-                _trace(st, pool, block, EV_PREEMPTED, coll, st[S_LOOP] * 1024 + st[S_STEP],
+                _trace(st, pool, block, EV_PREEMPTED, coll, step_word(st[S_LOOP], st[S_STEP]),
                        budget, flags)
                 _publish(st, status, _waits(mine, need_tail, need_head, lanes, rank, nranks,
                                             from_rank, to_rank))

@@ -40,6 +40,7 @@ import numpy as np
 from numba import cuda
 
 from ..protocol import layout as L
+from ..protocol.collectives import LOOP_COUNTED
 from ..sched.policies import PARAM_SLOTS
 from . import step_profile
 from .compiler import MAX_THREADS, daemon_kernel, register_cap
@@ -50,8 +51,7 @@ from .memory import (as_array, atomic_add_gpu, atomic_max_gpu, backoff, fence_gp
 from .primitives import (F_ALL, F_POSTDIV, F_RECV, F_SEND, SPIN_ABORT, SPIN_PREEMPT,
                          abort_seen, fence, first_unready, move, move_all, ready_now,
                          spin_wait, take_turn)
-from .plans import (ALL_TO_ALL, device_lane_bytes, loop_elems, plan_step, step_peers,
-                    steps_per_loop)
+from .plans import device_lane_bytes, loop_elems, plan_step, step_peers, steps_per_loop
 from .ring import channel_span, ring_index
 from .step_profile import PROFILE_STEPS, SHARED_WORDS as PROFILE_SHARED_WORDS, lap
 from .thread0_state import SLOT, S_WORDS
@@ -630,8 +630,8 @@ def make_daemon(policy, nthreads: int = MAX_THREADS):
         flags = st[S_FLAGS]
         # A collective's slot counters count its sends and receives on a connector. An
         # all_to_all sends and receives once per loop on each of its connector sets, so its
-        # counters count loops and advance when a loop ends.
-        per_loop = st[S_KIND] == ALL_TO_ALL
+        # counters count loops and advance when a loop ends (``Collective.loop_counted``).
+        per_loop = st[S_KIND] == LOOP_COUNTED
         if flags & (F_SEND | F_RECV):   # the block's data (ordered by the barrier), then
             fence(st[S_LOCAL])           # the flags; a copy publishes none
         if flags & F_ALL:     # lane k - 1 of rank r + k (a send) or r - k (a receive); lane

@@ -28,6 +28,7 @@ from functools import lru_cache
 
 from .. import platform
 from ..protocol.codes import COLLECTIVE_KINDS
+from ..protocol.collectives import collective
 from ..kernels.plans import table_kind
 from ..kernels.primitives import F_ALL, F_RECV, F_SEND, F_USER_IN, F_USER_OUT
 from ..kernels.ring import channel_count
@@ -82,7 +83,7 @@ def rank_traffic(kind: str, rank: int, nranks: int, count: int, itemsize: int = 
     code = table_kind(kind, count, itemsize, nranks, slot_bytes)
     slot_elems = slot_bytes // itemsize
     loop_size = loop_elems(code, nranks, slot_elems)
-    nchannels = channel_count(kind == "all_reduce", count, itemsize, nranks, nblocks,
+    nchannels = channel_count(collective(kind).ring_loop, count, itemsize, nranks, nblocks,
                               slot_bytes)
     steps = steps_per_loop(code, nranks)
 

@@ -8,32 +8,14 @@ from __future__ import annotations
 import sys
 import threading
 
-__all__ = ["format_progress", "StatusPrinter"]
+from ..host.watchdog import format_status
 
-
-def format_progress(statuses: list[dict]) -> str:
-    """One line per rank of ``Communicator.status()``, without the launcher's internals."""
-    lines = []
-    for st in statuses:
-        parts = [f"rank {st['rank']}: {st['outstanding']} outstanding",
-                 f"{st['preemptions']} preemptions"]
-        if st["host_blocked"]:
-            parts.append("host in a device sync")
-        for blk in st["blocks"]:
-            if blk["coll"] is None:
-                continue
-            waits = ", ".join(f"{what} rank {peer}" for peer, what in blk["waits"])
-            parts.append(f"block {blk['block']} on collective {blk['coll']} (step "
-                         f"{blk['step']})" + (f", waiting for {waits}" if waits else ""))
-        if len(parts) == 2 and not st["outstanding"]:
-            parts.append("idle")
-        lines.append("; ".join(parts))
-    return "\n".join(lines)
+__all__ = ["StatusPrinter"]
 
 
 class StatusPrinter:
-    """A thread that prints ``format_progress(comm.status())`` every ``every`` seconds
-    from ``start()`` until ``stop()``, which prints it once more."""
+    """A thread that prints ``format_status(comm.status(), internals=False)`` every
+    ``every`` seconds from ``start()`` until ``stop()``, which prints it once more."""
 
     def __init__(self, comm, every: float, out=None):
         self.comm, self.every = comm, every
@@ -45,7 +27,7 @@ class StatusPrinter:
     def _print(self, when: str) -> bool:
         """Print the status; False once there is none to read (the communicator closed)."""
         try:
-            text = format_progress(self.comm.status())
+            text = format_status(self.comm.status(), internals=False)
         except Exception:
             return False
         print(f"status ({when}):\n{text}", file=self.out, flush=True)

@@ -12,11 +12,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..kernels.plans import ONE_SHOT, table_kind
+from ..kernels.plans import table_kind
 from ..kernels.ring import channel_count
 from ..protocol import layout as L
 from ..protocol.codes import (OUT_OF_PLACE_ONLY, POINT_TO_POINT, dtype_code, kind_code,
                               normalize_dtype, op_code)
+from ..protocol.collectives import ONE_SHOT, collective
 from ..protocol.reference import buffer_elems
 from .arguments import require_int
 
@@ -121,8 +122,8 @@ class Catalog:
         """The daemon's collective-table record of ``spec`` using connector sets from
         ``conn`` on."""
         itemsize = np.dtype(spec.dtype).itemsize
-        nchannels = channel_count(spec.kind == "all_reduce", spec.count, itemsize, self.nranks,
-                                  self.config.nblocks, self.config.slot_bytes)
+        nchannels = channel_count(collective(spec.kind).ring_loop, spec.count, itemsize,
+                                  self.nranks, self.config.nblocks, self.config.slot_bytes)
         return (self.daemon_kind(spec), dtype_code(spec.dtype), op_code(spec.op), spec.count,
                 spec.root, nchannels, itemsize, conn)
 

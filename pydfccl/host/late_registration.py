@@ -13,8 +13,8 @@ import time
 
 import numpy as np
 
-from ..kernels.plans import ONE_SHOT
 from ..protocol import layout as L
+from ..protocol.collectives import ONE_SHOT
 from ..protocol.codes import POINT_TO_POINT, dtype_code, kind_code, op_code
 from .poller import poller
 from .registration import LatePlacer, late_verdict

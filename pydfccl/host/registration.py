@@ -13,7 +13,7 @@ from __future__ import annotations
 import collections
 
 from ..protocol.codes import DTYPES, KINDS, OPS, POINT_TO_POINT
-from ..kernels.plans import connector_sets
+from ..protocol.collectives import collective
 
 __all__ = ["check_signatures", "placement", "LatePlacer", "late_verdict"]
 
@@ -73,7 +73,7 @@ def placement(per_rank: list, nranks: int) -> tuple[dict, dict, int]:
     for i, cid in enumerate(sorted(kinds)):
         index[cid] = i
         conn[cid] = used
-        used += connector_sets(KINDS[kinds[cid]], nranks)
+        used += collective(kinds[cid]).connector_sets(nranks)
     return index, conn, used
 
 
@@ -102,7 +102,7 @@ class LatePlacer:
                           f"WorldConfig.max_colls = {self.max_colls}; make max_colls larger")
 
     def collective(self, kind: str) -> tuple[int, int]:
-        sets = connector_sets(KINDS[kind], self.nranks)
+        sets = collective(kind).connector_sets(self.nranks)
         if self.next_conn + sets > self.lowest_transfer:
             raise self._full(f"another {kind}")
         placed = self.next_index, self.next_conn

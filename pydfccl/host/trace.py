@@ -119,10 +119,11 @@ class TraceReader:
 
     def _event(self, block: int, rec) -> dict:
         coll = int(rec["coll"])
+        loop, step = L.unpack_step(int(rec["detail"]))
         event = dict(t_ns=int(rec["t"]), rank=self.rank, block=block,
                      event=L.TRACE_KINDS.get(int(rec["event"]), "unknown"),
                      coll=self.coll_ids.get(coll) if coll >= 0 else None,
-                     loop=int(rec["detail"]) // 1024, step=int(rec["detail"]) % 1024)
+                     loop=loop, step=step)
         if event["event"] == "launched":      # its detail is the block's multiprocessor
             event.update(loop=0, step=0, sm=int(rec["detail"]))
         elif event["event"] == "preempted":

@@ -15,6 +15,7 @@ import time
 import numpy as np
 
 from ..log import logger
+from ..protocol.layout import unpack_step
 from . import liveness
 
 __all__ = ["Watchdog", "wait_for_report", "rank_status", "format_status", "DEFAULT_TIMEOUT"]
@@ -35,8 +36,8 @@ def rank_status(world, rank: int) -> dict:
                  ((WAITS_DATA, (word >> 2) & 0xFFFF, "data from"),
                   (WAITS_CREDIT, (word >> 18) & 0xFFFF, "slot credit from"))
                  if coll >= 0 and word & flag and peer != rank]
-        per_block.append(dict(block=b, coll=coll if coll >= 0 else None,
-                              loop=int(blk["step"]) // 1024, step=int(blk["step"]) % 1024,
+        loop, step = unpack_step(int(blk["step"]))
+        per_block.append(dict(block=b, coll=coll if coll >= 0 else None, loop=loop, step=step,
                               waits=waits))
     return dict(rank=rank,
                 outstanding=int(ctl["host_submitted"][rank] - ctl["host_completed"][rank]),
@@ -46,24 +47,32 @@ def rank_status(world, rank: int) -> dict:
                 blocks=per_block)
 
 
-def format_status(statuses: list[dict]) -> str:
-    """One line per rank: what it waits for (``Communicator.status()`` made readable)."""
+def format_status(statuses: list[dict], internals: bool = True) -> str:
+    """One line per rank of ``Communicator.status()`` in a user's words: runs outstanding,
+    preemptions, the host in a device sync, the collective each daemon block is on and whom
+    it waits for. ``internals``: also each block's loop, and the launcher's state and last
+    changes (a line each, indented), for a report on a stall."""
     lines = []
     for st in statuses:
-        parts = [f"rank {st['rank']}: {st['outstanding']} outstanding"]
+        parts = [f"rank {st['rank']}: {st['outstanding']} outstanding",
+                 f"{st['preemptions']} preemptions"]
         if st["host_blocked"]:
             parts.append("host in a device sync")
         for blk in st["blocks"]:
             if blk["coll"] is None:
                 continue
+            where = (f"loop {blk['loop']}, " if internals else "") + f"step {blk['step']}"
             waits = ", ".join(f"{what} rank {peer}" for peer, what in blk["waits"])
-            parts.append(f"block {blk['block']}: collective {blk['coll']} loop {blk['loop']} "
-                         f"step {blk['step']}" + (f", waits for {waits}" if waits else ""))
-        if "daemon" in st:
+            parts.append(f"block {blk['block']} on collective {blk['coll']} ({where})"
+                         + (f", waiting for {waits}" if waits else ""))
+        if len(parts) == 2 and not st["outstanding"]:
+            parts.append("idle")
+        if internals and "daemon" in st:
             parts.append("daemon launches: " + ", ".join(f"{k} {v}"
                                                          for k, v in st["daemon"].items()))
         lines.append("; ".join(parts))
-        lines.extend("    " + entry for entry in st.get("launch_log", ()))
+        if internals:
+            lines.extend("    " + entry for entry in st.get("launch_log", ()))
     return "\n".join(lines)
 
 

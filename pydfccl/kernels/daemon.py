@@ -40,6 +40,7 @@ import numpy as np
 from numba import cuda
 
 from ..protocol import layout as L
+from ..protocol.collectives import LOOP_COUNTED
 from ..sched.policies import PARAM_SLOTS, PREEMPTED
 from . import step_profile
 from .compiler import MAX_THREADS, daemon_kernel, register_cap
@@ -50,10 +51,10 @@ from .memory import (as_array, atomic_add_gpu, atomic_max_gpu, backoff, fence_gp
 from .primitives import (F_ALL, F_POSTDIV, F_RECV, F_SEND, SPIN_ABORT, SPIN_PREEMPT,
                          abort_seen, fence, first_unready, move, move_all, ready_now,
                          spin_wait, take_turn)
-from .plans import (ALL_TO_ALL, device_lane_bytes, loop_elems, plan_step, step_peers,
-                    steps_per_loop)
+from .plans import device_lane_bytes, loop_elems, plan_step, step_peers, steps_per_loop
 from .ring import channel_span, ring_index
 from .step_profile import PROFILE_STEPS, SHARED_WORDS as PROFILE_SHARED_WORDS, lap
+from .thread0_state import SLOT, S_WORDS
 
 assert SPIN_PREEMPT == PREEMPTED      # what ``remember`` sees as ``waited`` at a preemption
 
@@ -112,13 +113,18 @@ SH_CMD, SH_DTYPE, SH_N, SH_FLAGS, SH_OP, SH_DIV, SH_SLOT_IN, SH_USER_IN, SH_SLOT
 SH_CQ_K = 12            # from here, the CQ numbers of completions thread 0 holds back
 CMD_MOVE, CMD_EXIT = 1, 2
 
-# Thread 0's scheduler state (a local array, so device functions can update it).
+# Thread 0's scheduler state: a local array (device functions update it), its slots the
+# fields of thread0_state.THREAD0_STATE.
 (S_POS, S_CUR, S_TRIES_LEFT, S_THRESH, S_KIND, S_IDLE_SINCE, S_FRONTIER, S_STEP, S_LOOP,
  S_SENT, S_RECVD, S_SEND, S_RECV, S_BEGIN, S_END, S_NLOOPS, S_SLOT_ELEMS, S_DTYPE, S_OP,
  S_ITEMSIZE, S_TRIES, S_COMPLETED, S_PREEMPTIONS, S_PROGRESS, S_FLAGS, S_ROOT, S_COUNT,
  S_ABORT_SEEN, S_LOCAL, S_TRACE_HEAD, S_CONN, S_TO_CONN, S_FROM_CONN, S_QUITS0,
- S_EXITS, S_CQ_HELD, S_CQ_SINCE) = range(37)
-S_WORDS = 37
+ S_EXITS, S_CQ_HELD, S_CQ_SINCE) = (SLOT[name] for name in (
+    "pos", "cur", "tries_left", "thresh", "kind", "idle_since", "frontier", "step", "loop",
+    "sent", "recvd", "send", "recv", "begin", "end", "nloops", "slot_elems", "dtype", "op",
+    "itemsize", "tries", "completed", "preemptions", "progress", "flags", "root", "count",
+    "abort_seen", "local", "trace_head", "conn", "to_conn", "from_conn", "quits0",
+    "exits", "cq_held", "cq_since"))
 # Completions a block holds back (S_CQ_HELD of them, their CQ numbers in shared memory from
 # SH_CQ_K on, the first since S_CQ_SINCE; a local array indexed at run time would leave
 # registers for local memory): published together behind one system fence before the
@@ -144,6 +150,8 @@ PROGRESS_EVERY = 64
 OP_AVG = 4
 
 DAEMON_SIGNATURE = "void(int64, int64, int64, int64, int64, int64, int64, int64, int64)"
+
+step_word = cuda.jit(device=True)(L.pack_step)    # the status row's and event log's
 
 
 @cuda.jit(device=True)
@@ -214,7 +222,7 @@ def _publish(st, status, waits):
     ``waits`` is WAITS_DATA | WAITS_CREDIT flags, the rank the data comes from << 2 and the
     rank the credit comes from << 18 (see watchdog.rank_status)."""
     store_volatile(status + BS_COLL, st[S_CUR] + 1)
-    store_volatile(status + BS_STEP, st[S_LOOP] * 1024 + st[S_STEP])
+    store_volatile(status + BS_STEP, step_word(st[S_LOOP], st[S_STEP]))
     store_volatile(status + BS_WAITS, waits)
     store_volatile(status + BS_PROGRESS, st[S_PROGRESS])
 
@@ -480,7 +488,7 @@ def make_daemon(policy, nthreads: int = MAX_THREADS):
         st[S_SLOT_ELEMS] = slot_elems
         st[S_THRESH] = threshold_on_load(params, is_head, st[S_TRIES], tasks[task + T_PRIO],
                                          tasks[task + T_MEMO])
-        _trace(st, pool, block, EV_LOADED, coll, st[S_LOOP] * 1024 + st[S_STEP], 0, 0)
+        _trace(st, pool, block, EV_LOADED, coll, step_word(st[S_LOOP], st[S_STEP]), 0, 0)
 
     @cuda.jit(device=True)
     def save_task(st, tasks, active):
@@ -595,7 +603,7 @@ def make_daemon(policy, nthreads: int = MAX_THREADS):
                 sh[SH_CMD] = CMD_EXIT
                 return
             if waited == SPIN_PREEMPT:
-                _trace(st, pool, block, EV_PREEMPTED, coll, st[S_LOOP] * 1024 + st[S_STEP],
+                _trace(st, pool, block, EV_PREEMPTED, coll, step_word(st[S_LOOP], st[S_STEP]),
                        budget, flags)
                 _publish(st, status, _waits(mine, need_tail, need_head, lanes, rank, nranks,
                                             from_rank, to_rank))
@@ -643,8 +651,8 @@ def make_daemon(policy, nthreads: int = MAX_THREADS):
         flags = st[S_FLAGS]
         # A collective's slot counters count its sends and receives on a connector. An
         # all_to_all sends and receives once per loop on each of its connector sets, so its
-        # counters count loops and advance when a loop ends.
-        per_loop = st[S_KIND] == ALL_TO_ALL
+        # counters count loops and advance when a loop ends (``Collective.loop_counted``).
+        per_loop = st[S_KIND] == LOOP_COUNTED
         if flags & (F_SEND | F_RECV):   # the block's data (ordered by the barrier), then
             fence(st[S_LOCAL])           # the flags; a copy publishes none
         if flags & F_ALL:     # lane k - 1 of rank r + k (a send) or r - k (a receive); lane

@@ -1,4 +1,5 @@
-"""Every collective as a list of steps over the ring (rank r sends to r+1).
+"""Every collective as a list of steps over the ring (rank r sends to r+1): the device side
+of the kinds that protocol/collectives.py defines (codes, steps a loop, connector sets).
 
 A loop moves at most one slot per step; a step is one primitive and one preemption point.
 Counts follow NCCL: all_gather's ``count`` is the per-rank input, reduce_scatter's the
@@ -41,20 +42,22 @@ import os
 
 from numba import cuda
 
-from ..protocol.codes import KINDS
+from ..protocol.collectives import BY_NAME, ONE_SHOT, ONE_SHOT_STEPS, collective
 from ..protocol.layout import CONN_LANES
 from .divide import quotient
 from .primitives import COPY, F_ALL, F_POSTDIV, F_RECV, F_SEND, F_USER_IN, F_USER_OUT
 from .ring import chunk_span, ring_index, ring_step
 
-__all__ = ["steps_per_loop", "loop_elems", "plan_step", "step_peers", "connector_sets",
+__all__ = ["steps_per_loop", "loop_elems", "plan_step", "step_peers",
            "ONE_SHOT", "ONE_SHOT_BYTES", "lane_bytes", "device_lane_bytes", "one_shot_limit",
            "one_shot", "table_kind"]
 
-ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, BROADCAST, REDUCE, SEND, RECV, ALL_TO_ALL = (
-    KINDS[k] for k in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce",
-                       "send", "recv", "all_to_all"))
-ONE_SHOT = max(KINDS.values()) + 1    # the daemon's kind for a one-shot all_reduce
+# The kinds' codes (protocol/collectives.py), named KIND_* apart from the primitives' verbs
+# (primitives.SEND is a step that sends; KIND_SEND is a collective that is one send).
+KIND_ALL_REDUCE, KIND_ALL_GATHER, KIND_REDUCE_SCATTER, KIND_BROADCAST, KIND_REDUCE, KIND_SEND, \
+    KIND_RECV, KIND_ALL_TO_ALL = (BY_NAME[k].code for k in (
+        "all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "send", "recv",
+        "all_to_all"))
 # The largest all_reduce that runs one-shot: each rank reads every rank's input, n times
 # the ring's reads, which costs less than the ring's chained hops only while messages are
 # small. PYDFCCL_ONE_SHOT_BYTES sets it for a process and its rank processes (0: the ring
@@ -102,31 +105,27 @@ def table_kind(kind: str, count: int, itemsize: int, nranks: int, slot_bytes: in
     """The kind the daemon's collective table records for a collective."""
     if kind == "all_reduce" and one_shot(count, itemsize, nranks, slot_bytes):
         return ONE_SHOT
-    return KINDS[kind]
+    return collective(kind).code
 
 
 @cuda.jit(device=True)
 def steps_per_loop(kind, nranks):
     if kind == ONE_SHOT:
-        return 2
-    if nranks == 1 or kind == BROADCAST or kind == REDUCE or kind == SEND or kind == RECV:
+        return ONE_SHOT_STEPS
+    if (nranks == 1 or kind == KIND_BROADCAST or kind == KIND_REDUCE or kind == KIND_SEND
+            or kind == KIND_RECV):
         return 1
-    if kind == ALL_REDUCE or kind == ALL_TO_ALL:
+    if kind == KIND_ALL_REDUCE or kind == KIND_ALL_TO_ALL:
         return 2 * nranks - 1
     return nranks
-
-
-def connector_sets(kind: int, nranks: int) -> int:
-    """Connector sets a collective of ``kind`` uses (host side: assigns them at start)."""
-    return max(1, nranks - 1) if kind == ALL_TO_ALL else 1
 
 
 @cuda.jit(device=True)
 def step_peers(kind, rank, nranks, root, step):
     """(rank sent to, rank received from, connector set within the collective's)."""
-    if kind == SEND or kind == RECV:
+    if kind == KIND_SEND or kind == KIND_RECV:
         return root, root, 0
-    if kind == ALL_TO_ALL and step > 0:
+    if kind == KIND_ALL_TO_ALL and step > 0:
         k = (step + 1) // 2
         return ring_index(rank + k, nranks), ring_index(rank - k + nranks, nranks), k - 1
     return ring_index(rank + 1, nranks), ring_index(rank - 1 + nranks, nranks), 0
@@ -135,7 +134,7 @@ def step_peers(kind, rank, nranks, root, step):
 @cuda.jit(device=True)
 def loop_elems(kind, nranks, slot_elems):
     """Elements of a channel's range that one loop covers."""
-    if kind == ALL_REDUCE:
+    if kind == KIND_ALL_REDUCE:
         return nranks * slot_elems
     return slot_elems
 
@@ -143,7 +142,7 @@ def loop_elems(kind, nranks, slot_elems):
 @cuda.jit(device=True)
 def plan_step(kind, rank, nranks, root, count, begin, end, loop, step, slot_elems):
     """(flags, input offset, output offset, length) of one step, offsets in elements."""
-    if kind == ALL_REDUCE:
+    if kind == KIND_ALL_REDUCE:
         chunk, flags = ring_step(rank, nranks, step)
         first, n = chunk_span(begin, end, loop, chunk, nranks, slot_elems)
         return flags, first, first, n
@@ -153,11 +152,11 @@ def plan_step(kind, rank, nranks, root, count, begin, end, loop, step, slot_elem
         if step == 0:
             return SEND_ALL, first, first, n
         return RECV_REDUCE_ALL, first, first, n
-    if kind == SEND:
+    if kind == KIND_SEND:
         return SEND_ONLY, first, first, n
-    if kind == RECV:
+    if kind == KIND_RECV:
         return RECV_ONLY, first, first, n
-    if kind == ALL_TO_ALL:      # ``count`` elements per peer; the block for rank j at j*count
+    if kind == KIND_ALL_TO_ALL:    # ``count`` elements per peer; the block for rank j at j*count
         if step == 0:
             return COPY_ONLY, rank * count + first, rank * count + first, n
         k = (step + 1) // 2
@@ -166,8 +165,8 @@ def plan_step(kind, rank, nranks, root, count, begin, end, loop, step, slot_elem
         return RECV_ONLY, 0, ring_index(rank - k + nranks, nranks) * count + first, n
     if nranks == 1:
         return COPY, first, first, n
-    if kind == BROADCAST or kind == REDUCE:
-        if kind == BROADCAST:
+    if kind == KIND_BROADCAST or kind == KIND_REDUCE:
+        if kind == KIND_BROADCAST:
             position = ring_index(rank - root + nranks, nranks)    # the root is first
             flags = COPY_SEND if position == 0 else (
                 RECV_ONLY if position == nranks - 1 else RECV_COPY_SEND)
@@ -176,13 +175,13 @@ def plan_step(kind, rank, nranks, root, count, begin, end, loop, step, slot_elem
             flags = SEND_ONLY if position == 0 else (
                 RECV_REDUCE_COPY if position == nranks - 1 else RECV_REDUCE_SEND)
         return flags, first, first, n
-    if kind == ALL_GATHER:
+    if kind == KIND_ALL_GATHER:
         chunk = ring_index(rank - step + nranks, nranks)
         if step == 0:
             return COPY_SEND, first, chunk * count + first, n
         flags = RECV_ONLY if step == nranks - 1 else RECV_COPY_SEND
         return flags, first, chunk * count + first, n
-    # REDUCE_SCATTER
+    # reduce_scatter
     chunk = ring_index(rank - 1 - step + 2 * nranks, nranks)
     if step == 0:
         return SEND_ONLY, chunk * count + first, first, n

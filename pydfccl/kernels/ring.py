@@ -57,13 +57,14 @@ def ring_step(rank, nranks, step):
     return chunk, RECV_COPY_SEND
 
 
-def channel_count(all_reduce: bool, count: int, itemsize: int, nranks: int, nblocks: int,
+def channel_count(ring_loop: bool, count: int, itemsize: int, nranks: int, nblocks: int,
                   slot_bytes: int) -> int:
     """How many channels a collective of ``count`` elements uses (host side: the table's
-    ``nchannels``, which ``daemon._span`` reads). An all-reduce's channel holds ``nranks``
-    chunks a loop, other kinds' one."""
+    ``nchannels``, which ``daemon._span`` reads). A ``ring_loop`` kind's channel
+    (``protocol.collectives``: all_reduce's) holds ``nranks`` chunks a loop, other kinds'
+    one."""
     chunk_elems = min(slot_bytes, MIN_CHANNEL_CHUNK) // itemsize
-    least = chunk_elems * (nranks if all_reduce else 1)
+    least = chunk_elems * (nranks if ring_loop else 1)
     return max(1, min(nblocks, -(-count // least)))
 
 

@@ -3,14 +3,15 @@
 import ml_dtypes
 import numpy as np
 
+from .collectives import COLLECTIVES, collective
+
 __all__ = ["KINDS", "POINT_TO_POINT", "COLLECTIVE_KINDS", "OUT_OF_PLACE_ONLY", "OPS", "DTYPES",
            "BFLOAT16", "kind_code", "op_code", "dtype_code", "normalize_dtype", "storage_dtype"]
 
-KINDS = {"all_reduce": 0, "all_gather": 1, "reduce_scatter": 2, "broadcast": 3, "reduce": 4,
-         "send": 5, "recv": 6, "all_to_all": 7}
-POINT_TO_POINT = ("send", "recv")   # prepared on two ranks only, with peer=
-COLLECTIVE_KINDS = tuple(k for k in KINDS if k not in POINT_TO_POINT)
-OUT_OF_PLACE_ONLY = ("all_gather", "reduce_scatter", "all_to_all")   # need a recv buffer
+KINDS = {c.name: c.code for c in COLLECTIVES}     # each kind is defined in collectives.py
+POINT_TO_POINT = tuple(c.name for c in COLLECTIVES if c.point_to_point)   # with peer=
+COLLECTIVE_KINDS = tuple(c.name for c in COLLECTIVES if not c.point_to_point)
+OUT_OF_PLACE_ONLY = tuple(c.name for c in COLLECTIVES if c.out_of_place_only)
 OPS = {"sum": 0, "prod": 1, "max": 2, "min": 3, "avg": 4}
 # The codes are the daemon's dispatch (``move`` in kernels/primitives.py reads them).
 DTYPES = {"float32": 0, "float64": 1, "int32": 2, "int64": 3, "int8": 4, "uint8": 5,
@@ -30,7 +31,7 @@ def _lookup(table, value, what):
 
 
 def kind_code(kind: str) -> int:
-    return _lookup(KINDS, kind, "collective kind")
+    return collective(kind).code
 
 
 def op_code(op: str) -> int:

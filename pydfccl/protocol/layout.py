@@ -27,6 +27,7 @@ __all__ = [
     "COLL_ENTRY", "TASK", "SQ_COPY", "QUEUED_RUN", "BLOCK_COUNTS", "TRACE_EVENT",
     "POOL_HEADER",
     "CONN_HEADER_BYTES", "CONN_LANES", "conn_bytes", "pool_bytes", "word",
+    "STEP_WORD_STEPS", "pack_step", "unpack_step",
 ]
 
 MAX_COLLS = 128   # prepared collectives per communicator (bounds a shared-memory list)
@@ -40,10 +41,25 @@ NO_LIMIT = 1 << 62   # the daemon's ``limit`` argument when it may take every SQ
 
 I8 = "<i8"
 
+# Where a block is in a task, as one word (its status row's ``step``, an event's
+# ``detail``): loop * STEP_WORD_STEPS + step. A loop has at most 2n - 1 steps on n ranks.
+STEP_WORD_STEPS = 1024
+
+
+def pack_step(loop, step):
+    """The step word of ``step`` in ``loop`` (the daemon compiles this same function)."""
+    return loop * STEP_WORD_STEPS + step
+
+
+def unpack_step(word: int) -> tuple[int, int]:
+    """(loop, step) of a step word."""
+    return word // STEP_WORD_STEPS, word % STEP_WORD_STEPS
+
+
 BLOCK_STATUS = np.dtype([
     ("pad", I8),
     ("coll", I8),          # collective last loaded + 1, until it completes (0: none)
-    ("step", I8),          # its step counter
+    ("step", I8),          # where it is in it: pack_step(loop, step)
     ("waits", I8),         # 1: waits for data from prev, 2: for slot credit from next
     ("completed", I8),
     ("preemptions", I8),
@@ -149,7 +165,7 @@ TRACE_EVENT = np.dtype([   # one record of a block's event log
     ("t", I8),             # nanoseconds (%globaltimer on a GPU, perf_counter_ns simulated)
     ("event", I8),         # TRACE_KINDS
     ("coll", I8),          # collective index (-1: none)
-    ("detail", I8),        # loop * 1024 + step, or the SQ sequence number
+    ("detail", I8),        # pack_step(loop, step), or the SQ sequence number
     ("waited", I8),        # preempted: nanoseconds the primitive waited before giving up
     ("flags", I8),         # preempted: the primitive (primitives.F_* flags)
 ])

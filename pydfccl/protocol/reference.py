@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .codes import KINDS
+from .collectives import collective
 
 __all__ = ["buffer_elems", "ring_order", "reference"]
 
@@ -27,15 +27,7 @@ _REDUCE = {"sum": np.add, "avg": np.add, "prod": np.multiply, "max": np.maximum,
 
 def buffer_elems(kind: str, count: int, nranks: int) -> tuple[int, int]:
     """(send, recv) elements a run needs, with NCCL's meaning of ``count``."""
-    if kind not in KINDS:
-        raise ValueError(f"unknown collective kind {kind!r}")
-    if kind == "all_gather":
-        return count, nranks * count
-    if kind == "reduce_scatter":
-        return nranks * count, count
-    if kind == "all_to_all":
-        return nranks * count, nranks * count
-    return count, count
+    return collective(kind).buffers(count, nranks)
 
 
 def ring_order(kind: str, elems: int, nranks: int, root: int = 0, *, itemsize: int = 4,
@@ -66,7 +58,8 @@ def ring_order(kind: str, elems: int, nranks: int, root: int = 0, *, itemsize: i
     if one_shot(elems, itemsize, nranks, slot_bytes):   # every rank's in rank order
         return np.zeros(elems, np.int64)
     loop_size = (slot_bytes // itemsize) * nranks
-    nchannels = channel_count(True, elems, itemsize, nranks, nblocks, slot_bytes)
+    nchannels = channel_count(collective(kind).ring_loop, elems, itemsize, nranks, nblocks,
+                              slot_bytes)
     per_channel = -(-elems // nchannels)                          # ring.channel_span
     i = np.arange(elems)
     begin = i // per_channel * per_channel
@@ -107,22 +100,10 @@ def reference(kind: str, inputs: list, op: str = "sum", root: int = 0,
     ``nblocks`` and ``slot_bytes``: the engine's sizes, which fix an all_reduce's order
     (``ring_order``)."""
     dtype = inputs[0].dtype
-    n = len(inputs)
-    if kind == "send" or kind == "reduce" and rank != root:
-        return None
-    if kind == "recv":
-        return inputs[root].copy()
-    if kind == "all_to_all":    # block j of my output is block ``rank`` of rank j's input
-        count = inputs[0].size // n
-        return np.concatenate([x[rank * count:(rank + 1) * count] for x in inputs])
-    if kind == "all_gather":
-        return np.concatenate(inputs)
-    if kind == "broadcast":
-        return inputs[root].copy()
-    first = ring_order(kind, inputs[0].size, n, root, itemsize=dtype.itemsize,
-                       nblocks=nblocks, slot_bytes=slot_bytes)
-    total = _reduce(inputs, op, first)
-    if kind == "reduce_scatter":
-        count = total.size // n
-        return total[rank * count:(rank + 1) * count]
-    return total
+
+    def reduced():
+        first = ring_order(kind, inputs[0].size, len(inputs), root, itemsize=dtype.itemsize,
+                           nblocks=nblocks, slot_bytes=slot_bytes)
+        return _reduce(inputs, op, first)
+
+    return collective(kind).output(inputs, rank, root, reduced)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import List, Tuple
 
+from ..protocol.collectives import BY_NAME, ONE_SHOT_STEPS
+
 __all__ = ["ring_steps", "Coll", "RingColl", "OneShotColl"]
 
 
@@ -45,7 +47,7 @@ class RingColl(Coll):
     def __init__(self, cid, count, nranks, nslots, slot_elems, own):
         super().__init__(cid, count, nranks, nslots, own)
         self.slot_elems = slot_elems
-        self.width = 2 * nranks - 1
+        self.width = BY_NAME["all_reduce"].steps(nranks)
         self.nsteps = -(-count // (nranks * slot_elems)) * self.width
         self.sent = [0] * nranks     # slots rank r sent to r+1
         self.recvd = [0] * nranks    # slots rank r received from r-1
@@ -104,7 +106,7 @@ class OneShotColl(Coll):
 
     def __init__(self, cid, count, nranks, nslots, own):
         super().__init__(cid, count, nranks, nslots, own)
-        self.nsteps = 2
+        self.nsteps = ONE_SHOT_STEPS
         self.sent = [[0] * nranks for _ in range(nranks)]     # [q][r]: q's sends to r
         self.recvd = [[0] * nranks for _ in range(nranks)]    # [r][q]: r's receives from q
         self.slots = [[[None] * nslots for _ in range(nranks)] for _ in range(nranks)]

@@ -10,7 +10,7 @@ def one_shot_limits_differ(comm, late: bool):
     decide), the others one-shot: preparing at start, or after it (``late``), must fail,
     not hang. The decision is patched on rank 1's communicator alone, not in ``plans``,
     which rank threads of one process share."""
-    from pydfccl.kernels.plans import KINDS
+    from pydfccl.protocol.codes import KINDS
 
     if comm.rank == 1:
         comm._catalog.daemon_kind = lambda spec: KINDS[spec.kind]

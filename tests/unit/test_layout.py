@@ -79,3 +79,17 @@ def test_a_world_whose_daemons_cannot_all_be_resident_is_warned_of(monkeypatch, 
     [record] = caplog.records
     assert "8 ranks x 32 daemon blocks = 256 blocks, but this GPU holds 132 at once " \
            "(132 multiprocessors x 1)" in record.message
+
+
+@pytest.mark.parametrize("loop", [0, 1, 7, 123_456])
+def test_a_step_word_gives_back_its_loop_and_step(loop):
+    for step in (0, 1, 2 * 256 - 2, L.STEP_WORD_STEPS - 1):
+        word = L.pack_step(loop, step)
+        assert L.unpack_step(word) == (loop, step)
+    assert L.pack_step(loop, L.STEP_WORD_STEPS - 1) < L.pack_step(loop + 1, 0)   # ordered
+
+
+def test_the_daemon_packs_step_words_with_the_hosts_function():
+    from pydfccl.kernels import daemon
+
+    assert daemon.step_word.py_func is L.pack_step

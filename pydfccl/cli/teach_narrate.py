@@ -45,6 +45,9 @@ def format_graph(edges: list[tuple]) -> str:
     return "wait-for graph: " + text
 
 
+_SAYING = threading.Lock()
+
+
 class Narrator:
     """Prints one rank's daemon events as sentences while the rank's program runs
     (``start``/``stop``); the ``lead`` rank also prints the wait-for graph when it changes
@@ -79,7 +82,9 @@ class Narrator:
     def say(self, text: str, at: float | None = None) -> None:
         """One line, stamped with ms since the lesson started (``at``: a time.time())."""
         ms = 1e3 * ((time.time() if at is None else at) - self.started)
-        print(f"  {ms:8.0f} ms  {text}", file=self.out, flush=True)
+        with _SAYING:      # one write a line: two ranks' lines never share one
+            self.out.write(f"  {ms:8.0f} ms  {text}\n")
+            self.out.flush()
 
     def _when(self, t_ns: int) -> float:
         ev0, wall0 = self._clock
@@ -119,6 +124,8 @@ class Narrator:
             return
         if what == "loaded" and self._repeat is not None and self._repeat[0] == coll:
             return          # a resume of the collective whose preemptions are folded
+        if what in ("launched", "quit") and e["block"] != 0:
+            return          # every block logs the launch and the quit: one line a launch
         self._flush_repeat()
         if what == "launched":
             self._launches += 1

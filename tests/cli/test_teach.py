@@ -2,6 +2,7 @@
 demo: written when a run completes and when it deadlocks."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -38,6 +39,11 @@ def test_teach_narrates_the_deadlock_and_dfccl_and_writes_its_pictures(tmp_path)
                  "relaunched", "device sync returned", "completed: 2 iterations"):
         assert said in ours, said
     assert "DEADLOCK" not in ours
+    # a line each, whichever rank's thread printed it; a launch once, not once a block
+    assert all(line.count(" ms  ") <= 1 for line in out.splitlines()), out
+    launches = [int(n) for n in re.findall(r"relaunched \(launch (\d+)\)", ours)]
+    relaunches = int(re.search(r"(\d+) relaunches", ours).group(1))
+    assert max(launches) - 1 <= relaunches, (launches, relaunches)
     for name in ("baseline-wait-for", "baseline-timeline", "dfccl-wait-for", "dfccl-timeline"):
         assert (tmp_path / "pictures" / f"{name}.png").read_bytes()[:8] == PNG, name
 

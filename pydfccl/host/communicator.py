@@ -98,10 +98,12 @@ class Communicator:
                                   abort_after=stall_timeout,
                                   proves_deadlock=not self.policy.preemptive,
                                   never_quits=not self.policy.quits)
-        # A late registration that a peer has not matched by then is reported as such, before
-        # the watchdog would call the stall a deadlock.
+        # A peer that has not prepared a late registration yet may only be late (a rank
+        # saving a checkpoint before its first barrier): the stall is reported by the
+        # watchdog, and the registration fails as unmatched at the user's timeout.
         self._late = LateRegistrations(world, rank, self._lock, self._catalog,
-                                       self._submissions, self._state, timeout / 2)
+                                       self._submissions, self._state,
+                                       self._watchdog.abort_after)
         self._launcher: Launcher | None = None      # from start() on
         self._tracer: TraceReader | None = None
         self._polled: PolledRank | None = None

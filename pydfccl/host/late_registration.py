@@ -25,7 +25,8 @@ __all__ = ["LateRegistrations"]
 class LateRegistrations:
     """Late registrations of rank ``rank``: ``add`` places and publishes one, ``confirm``
     (the poller's) releases the runs of those every peer has published. ``timeout``: how
-    long a peer may take to publish before the difference is reported. The
+    long a peer may take to publish (a late peer is not a wrong one: the user's timeout);
+    a peer that closed without publishing fails it at once. The
     launch-per-collective baseline sets ``on_submitted`` (first runs went to the SQ)."""
 
     def __init__(self, world, rank: int, lock, catalog, submissions, state, timeout: float):
@@ -76,8 +77,10 @@ class LateRegistrations:
                 self._state.fail_everywhere(exc)
                 return False
             if missing:
-                if time.monotonic() - since > self.timeout:
-                    self._state.fail_everywhere(self._unmatched(index, missing))
+                heartbeat = self.world.ctl["heartbeat"]
+                closed = [r for r in missing if int(heartbeat[r]) == -1]
+                if closed or time.monotonic() - since > self.timeout:
+                    self._state.fail_everywhere(self._unmatched(index, missing, closed))
                     return False
                 continue
             with self._lock:
@@ -88,10 +91,11 @@ class LateRegistrations:
             submitted = submitted or first
         return submitted
 
-    def _unmatched(self, index: int, missing: list) -> ValueError:
+    def _unmatched(self, index: int, missing: list, closed: list) -> ValueError:
         spec = self._catalog.spec_at(index)
+        why = (f"ranks {closed} closed their communicator without preparing it" if closed
+               else f"not on ranks {missing} within {self.timeout:.0f} s")
         return ValueError(
             f"collective {spec.coll_id} ({spec.kind}, count {spec.count}, {spec.dtype}) was "
-            f"prepared on rank {self.rank} but not on ranks {missing} within "
-            f"{self.timeout:.0f} s: the ranks' calls differ (every rank must issue a "
-            "group's collectives in the same order)")
+            f"prepared on rank {self.rank} but {why}: the ranks' calls differ (every rank "
+            "must issue a group's collectives in the same order)")

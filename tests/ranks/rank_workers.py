@@ -469,6 +469,17 @@ def late_mismatch(comm, case):
     raise ValueError(case)
 
 
+def late_preparer(comm, late):
+    """Rank 1 prepares and runs collective 0 ``late`` seconds after rank 0."""
+    comm.start()
+    if comm.rank == 1:
+        time.sleep(late)
+    comm.prepare(0, "all_reduce", count=4)
+    x = comm.empty(4, "float32")
+    x[...] = 1.0
+    return np.asarray(comm.run(0, x).result(timeout=120)).tolist()
+
+
 def barrier_wait(comm):
     """Rank 1 reaches the barrier 0.5 s late: how long each rank waited in it."""
     comm.prepare(0, "all_reduce", count=2)

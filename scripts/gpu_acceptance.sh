@@ -3,7 +3,9 @@
 # docs/results.md lists. Run from the repository root on a machine with a GPU, e.g.
 # `bash scripts/gpu_acceptance.sh latency2 bandwidth`. Stages (default: all, in this order):
 #   tests      the GPU tests (tests/gpu: threads and rank processes under MPS; the
-#              torch API on CUDA tensors); the rest of the suite is CI's, on the simulator
+#              torch API on CUDA tensors; the fault table's GPU rows in
+#              tests/torch/test_torch_faults.py: CUDA tensors, a rank 60 s late to
+#              barrier()); the rest of the suite is CI's, on the simulator
 #   latency2   an 8-byte all-reduce, submit to completion, 2 ranks, against a launch each
 #   latency8   the same on 8 ranks
 #   many4      64 concurrent 4 KiB all-reduces on 4 ranks, against a kernel launch each
@@ -87,9 +89,9 @@ train_runs() {  # train_runs NAME ARGS...: RUNS runs of the example; one line of
 SCHEDULE=scripts/schedules/three_ranks_disordered_with_syncs.json
 for s in ${*:-tests latency2 latency8 many4 bandwidth chaos chaos8 replay train}; do
   case $s in
-    tests) stage tests 400 env PYDFCCL_DEADLOCK_STACKS=1 $PY -m pytest -q -rfE --tb=short \
+    tests) stage tests 450 env PYDFCCL_DEADLOCK_STACKS=1 $PY -m pytest -q -rfE --tb=short \
              -p no:cacheprovider -o faulthandler_timeout=120 --durations=10 tests/gpu \
-             tests/torch/test_torch_api.py ;;
+             tests/torch/test_torch_api.py tests/torch/test_torch_faults.py ;;
     latency2) stage latency2 120 $PY -m pydfccl bench latency -n 2 --iters 10000 ;;
     latency8) stage latency8 120 $PY -m pydfccl bench latency -n 8 --iters 1000 ;;
     many4) stage many4 120 $PY -m pydfccl bench latency -n 4 -k 64 -c 1024 --iters 200 -w 20 ;;

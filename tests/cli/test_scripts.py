@@ -84,3 +84,14 @@ def test_step_profile_counts_every_step_and_times_each_phase():
         cycles = [float(cell.replace(",", "")) for cell in row[1:]]
         steps, per_run = cycles[:7], cycles[9:13]   # plan..post; sq, absorb, load, retire
         assert all(c > 0 for c in steps + per_run), (name, row)
+
+
+def test_the_cpu_burners_run_beside_the_command_and_end_with_it():
+    out = subprocess.run([sys.executable, str(SCRIPTS / "cpu_load.py"), "-n", "2", "--",
+                          sys.executable, "-c", "import sys; sys.exit(3)"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 3, out.stderr
+    pids = [int(p) for p in re.search(r"\(pids ([\d ]+)\)", out.stdout).group(1).split()]
+    assert len(pids) == 2
+    for pid in pids:     # killed and reaped: no such process
+        assert not os.path.exists(f"/proc/{pid}"), pid

@@ -31,7 +31,7 @@ def test_the_pollers_threads_stop_before_earlier_exit_handlers_run():
     """)
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                         text=True, timeout=120)
+                         text=True, timeout=600)   # 70 s at a load of 20
     assert out.returncode == 0, out.stderr
     assert "started: True" in out.stdout, out.stdout
     assert "alive at exit: []" in out.stdout, out.stdout

@@ -1,6 +1,7 @@
 """Programs a torch user writes against the "dfccl" backend, one per CASE, run by
 tests/torch/test_torch_api.py under ``torchrun`` (``python api_workers.py CASE`` as each
-rank). Each rank prints ``RESULT <json>`` last."""
+rank). Each rank prints ``RESULT <json>`` last. ``CASE,CASE...`` runs several in order in
+one process (each makes and destroys its own group) and prints their results by name."""
 
 import json
 import os
@@ -180,10 +181,11 @@ def reinit(rank, size):
 
 
 def main():
-    case = sys.argv[1]
-    result = globals()[case](int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]))
-    print("RESULT " + json.dumps(result), flush=True)
-    if case == "timeouts":                  # a failed group cannot shut down cleanly
+    cases = sys.argv[1].split(",")
+    rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    results = {case: globals()[case](rank, size) for case in cases}
+    print("RESULT " + json.dumps(results if len(cases) > 1 else results[cases[0]]), flush=True)
+    if "timeouts" in cases:                 # a failed group cannot shut down cleanly
         sys.stdout.flush()
         os._exit(0)
 

@@ -17,7 +17,10 @@ def run(rank, world_size, port):
                             world_size=world_size)
     t = torch.full((2,), float(rank + 1))
     dist.all_reduce(t)
-    print(f"rank{rank}:{t[0].item()}", flush=True)
+    # one write of the whole line: print writes the text and the newline apart, and the
+    # ranks share the pipe, so two ranks' lines could interleave
+    sys.stdout.write(f"rank{rank}:{t[0].item()}\n")
+    sys.stdout.flush()
     dist.destroy_process_group()
 
 

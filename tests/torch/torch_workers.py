@@ -1,5 +1,6 @@
 """What each rank runs in tests/torch/test_torch.py: ``python tests/torch/torch_workers.py
-CASE``, with torchrun's variables set by ``pydfccl.torch.spawn``. Prints ``RESULT <json>``
+CASE[,CASE...]``, with torchrun's variables set by ``pydfccl.torch.spawn``, the cases in
+order on one process group. Prints ``RESULT <json>`` (each case's result by its name)
 last."""
 
 import json
@@ -94,7 +95,7 @@ def mismatch(rank, size):
 
 
 def main():
-    case = sys.argv[1]
+    cases = sys.argv[1].split(",")
     rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     if DEV == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
@@ -102,11 +103,13 @@ def main():
     # Report where this rank waits (and its stacks) before the test's timeout kills it.
     stall = StallReporter(rank, float(os.environ.get("PYDFCCL_TEST_STALL", "90")),
                           report=pt.status_report, exit_code=4)
-    stall.enter(case)
     dist.init_process_group("dfccl", rank=rank, world_size=size)
-    result = globals()[case](rank, size)
+    result = {}
+    for case in cases:
+        stall.enter(case)
+        result[case] = globals()[case](rank, size)
     print("RESULT " + json.dumps(result), flush=True)
-    if case != "mismatch":        # a failed group cannot shut down cleanly
+    if "mismatch" not in cases:        # a failed group cannot shut down cleanly
         dist.destroy_process_group()
 
 

@@ -130,6 +130,26 @@ def _readable(entry, field):
     return _NAMES[field].get(value, value) if field in _NAMES else value
 
 
+def unmatched_registrations(registered) -> list[tuple]:
+    """The late registrations some ranks published and others have yet to, as (coll_id,
+    kind, ranks that published, ranks to publish): the runs of such a collective wait on
+    their ranks' hosts, which the daemons' state cannot show."""
+    nranks = len(registered)
+    found = []
+    for index in range(registered.shape[1]):
+        published = [r for r in range(nranks) if registered[r][index]["published"]]
+        if not published:
+            continue
+        first = registered[published[0]][index]
+        kind = _readable(first, "kind")
+        peers = ({published[0], int(first["root"])} if kind in POINT_TO_POINT
+                 else set(range(nranks)))
+        missing = sorted(peers - set(published))
+        if missing:
+            found.append((int(first["coll_id"]), kind, published, missing))
+    return found
+
+
 def late_verdict(registered, index: int, rank: int) -> list:
     """Compare the registrations every rank published at ``index`` (``registered[r]`` is
     rank r's table of ``layout.REGISTRATION``). Returns the ranks still to publish (empty:

@@ -17,6 +17,7 @@ import numpy as np
 from ..log import logger
 from ..protocol.layout import unpack_step
 from . import liveness
+from .registration import unmatched_registrations
 
 __all__ = ["Watchdog", "wait_for_report", "rank_status", "format_status", "DEFAULT_TIMEOUT"]
 
@@ -102,6 +103,10 @@ def wait_for_report(world, describe, with_absent: bool = False):
                 if not running[peer]:
                     absent.add(peer)
         lines.append(head + (": " + "; ".join(waits) if waits else ""))
+    lines.extend(f"collective {coll_id} ({kind}), prepared after start() on ranks {have}, is "
+                 f"not yet prepared on ranks {missing}: its runs wait on the hosts until it is"
+                 for coll_id, kind, have, missing in unmatched_registrations(
+                     world.ctl["registered"]))
     lines.extend(_absent_line(statuses[peer]) for peer in sorted(absent))
     cycle = find_wait_cycle(edges)
     if cycle:

@@ -33,13 +33,16 @@ def test_late_mismatch_fails_with_the_difference(case, match):
                        timeout=120)
 
 
-def test_a_peer_late_to_prepare_is_waited_for_past_the_watchdog():
+def test_a_peer_late_to_prepare_is_waited_for_past_the_watchdog(capfd):
     """Rank 1 prepares the collective 6 s after rank 0, past the watchdog (3 s): a late
-    peer, not a wrong one; the run completes (a torch rank that saves a checkpoint before
-    its first barrier is this case)."""
+    peer, not a wrong one; the watchdog's report says what waits for it, and the run
+    completes (a torch rank that saves a checkpoint before its first barrier is this
+    case)."""
     out = pydfccl.launch(rank_workers.late_preparer, 2, args=(6.0,), watchdog_timeout=3.0,
                          timeout=300)
     assert out == [[2.0] * 4, [2.0] * 4]
+    assert ("collective 0 (all_reduce), prepared after start() on ranks [0], is not yet "
+            "prepared on ranks [1]") in capfd.readouterr().err
 
 
 def test_placer_keeps_transfers_and_collectives_apart():

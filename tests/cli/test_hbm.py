@@ -110,7 +110,7 @@ def test_host_function_calls_python_bodies_not_dispatchers():
 
     plan_step = hbm.host_function(plans.plan_step)
     # all_reduce, rank 0 of 4, step 0: a send of chunk 3 (input read, next slot written)
-    flags, first, _, n = plan_step(plans.ALL_REDUCE, 0, 4, 0, 100, 0, 100, 0, 0, 10)
+    flags, first, _, n = plan_step(plans.KIND_ALL_REDUCE, 0, 4, 0, 100, 0, 100, 0, 0, 10)
     assert flags & (F_USER_IN | F_SEND) == F_USER_IN | F_SEND
     assert not flags & (F_RECV | F_USER_OUT)
     assert (first, n) == (30, 10)

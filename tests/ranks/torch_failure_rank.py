@@ -48,5 +48,8 @@ try:
     seen["later"] = "completed?!"
 except Exception as exc:
     seen["later"] = f"{type(exc).__name__}: {exc}"
-print("RESULT " + json.dumps(seen), flush=True)
+# one write of the whole line: under torchrun the ranks share one pipe, and print
+# writes the text and the newline apart when stdout is unbuffered
+sys.stdout.write("RESULT " + json.dumps(seen) + "\n")
+sys.stdout.flush()
 os._exit(0)                                # a failed group cannot shut down cleanly

@@ -184,9 +184,12 @@ def main():
     cases = sys.argv[1].split(",")
     rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     results = {case: globals()[case](rank, size) for case in cases}
-    print("RESULT " + json.dumps(results if len(cases) > 1 else results[cases[0]]), flush=True)
+    # one write of the whole line: under torchrun the ranks share one pipe, and print
+    # writes the text and the newline apart when stdout is unbuffered
+    result = results if len(cases) > 1 else results[cases[0]]
+    sys.stdout.write("RESULT " + json.dumps(result) + "\n")
+    sys.stdout.flush()
     if "timeouts" in cases:                 # a failed group cannot shut down cleanly
-        sys.stdout.flush()
         os._exit(0)
 
 

@@ -29,6 +29,9 @@ dist.barrier()
 waited = time.monotonic() - t0
 t = torch.full((1024,), float(rank + 1), device=device)
 dist.all_reduce(t)
-print("RESULT " + json.dumps({"device": device, "waited": waited,
-                              "values": sorted(set(t.cpu().tolist()))}), flush=True)
+# one write of the whole line: under torchrun the ranks share one pipe, and print
+# writes the text and the newline apart when stdout is unbuffered
+result = {"device": device, "waited": waited, "values": sorted(set(t.cpu().tolist()))}
+sys.stdout.write("RESULT " + json.dumps(result) + "\n")
+sys.stdout.flush()
 dist.destroy_process_group()

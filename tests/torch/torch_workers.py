@@ -82,9 +82,13 @@ def ddp(rank, size):
 
 def mismatch(rank, size):
     """On CPU the failing all_reduce raises; on CUDA it returns at once (stream-ordered) and
-    the failure surfaces at the group's next call, after the stream has been released."""
+    the failure surfaces at the group's next call, after the stream has been released. The
+    barrier first keeps a rank from meeting the failure in the case before: a mismatch aborts
+    every rank's runs in flight, and a slow rank's last run of ``ddp`` could be one of them
+    (its barrier may be, which this case catches)."""
     t = torch.ones(4 + rank)
     try:
+        dist.barrier()
         dist.all_reduce(t)
         if t.is_cuda:
             torch.cuda.synchronize()

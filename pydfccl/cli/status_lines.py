@@ -1,7 +1,8 @@
 """``demo --status-every SECONDS``: what every rank is doing, in the words a user reads
 (outstanding runs, the collective each daemon block is on and whom it waits for, the host
 in a device sync, preemptions so far), printed by a thread at that interval for the whole
-run and once at its end, so that a run shorter than the interval still shows one."""
+run and once when the printing rank is done, so that a run shorter than the interval still
+shows one. That last one may find other ranks still finishing their last runs."""
 
 from __future__ import annotations
 
@@ -44,4 +45,4 @@ class StatusPrinter:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=10)
-        self._print("end of run")
+        self._print(f"rank {self.comm.rank} done")

@@ -62,8 +62,9 @@ def test_status_every_prints_on_a_short_run_in_a_users_words(tmp_path):
                    "--status-every", "60", cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     err = done.stderr
-    assert "status (end of run):" in err
-    assert "rank 0: 0 outstanding" in err and "rank 1: 0 outstanding" in err
+    assert "status (rank 0 done):" in err
+    # rank 1 may still be finishing its last collective when rank 0 is done
+    assert "rank 0: 0 outstanding" in err and re.search(r"rank 1: [01] outstanding", err)
     for internal in ("launch_log", "daemon launches", "for_s", "loop "):
         assert internal not in err, internal
 

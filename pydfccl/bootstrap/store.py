@@ -15,7 +15,10 @@ Only the job's own processes can drive it:
   writes to a file only its user can read (``secret_path``) and the other ranks of the host
   read. A client without it is refused; a server without it is not believed.
 - **Job-scoped.** A request names the job (``PYDFCCL_JOB_ID``, torchrun's run id, else the
-  port) and its size; another job's request is refused with both named.
+  port) and its size; another job's request is refused with both named. It names its rank
+  and a random token of its process too: the first process to speak as a rank holds that
+  rank, and another one (a second job started on the same port, whose ranks read the
+  first's secret file before the first job's ranks met) is refused, naming the clash.
 - **No code on the wire.** Messages are JSON (``wire``), never pickle.
 - **No stalls.** Each connection has its own thread and time limits, at most
   ``MAX_CONNECTIONS`` at once; a connection that sends garbage, too much, or nothing is
@@ -122,6 +125,7 @@ class StoreServer:
     def __init__(self, address, job: str, size: int, secret: bytes | None):
         self.job, self.size, self._secret = job, size, secret
         self.data: dict = {}
+        self.holders: dict = {}    # rank: the token of the process that spoke as it first
         self.cond = threading.Condition()
         self._open = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self.refused = 0      # connections dropped: not this job's, or not the protocol
@@ -190,8 +194,15 @@ class StoreServer:
         if request.get("job") != self.job or request.get("size") != self.size:
             return dict(error=f"this store serves job {self.job!r} of {self.size} ranks, "
                               f"not job {request.get('job')!r} of {request.get('size')}")
+        rank, token = request.get("rank"), request.get("token")
+        if not isinstance(rank, int) or not 0 <= rank < self.size:
+            return dict(error=f"rank {rank!r} is not a rank of a job of {self.size}")
         op, key = request["op"], str(request["key"])
         with self.cond:
+            if self.holders.setdefault(rank, token) != token:
+                return dict(error=f"another process already joined job {self.job!r} as "
+                                  f"rank {rank}: two jobs on one port? Give each job its "
+                                  "own MASTER_PORT or PYDFCCL_JOB_ID")
             if op == "set":
                 self.data[key] = request["value"]
                 self.cond.notify_all()
@@ -226,6 +237,7 @@ class StoreGroup:
                     "loopback, so set PYDFCCL_SECRET to the same private value on every "
                     "rank (the store refuses anyone without it)")
             self._path = secret_path(self.job)
+        self._token = secrets.token_hex(16)    # this process, as this rank (``holders``)
         self._server = None
         if self.rank == 0:      # the port first: a second job on it fails before its secret
             self._server = StoreServer(self.address, self.job, self.size, None)
@@ -245,8 +257,8 @@ class StoreGroup:
 
     def _request(self, secret: bytes, request: dict, seconds: float) -> dict:
         nonce = secrets.token_bytes(NONCE_BYTES)
-        body = json.dumps(dict(request, job=self.job, size=self.size,
-                               nonce=nonce.hex())).encode()
+        body = json.dumps(dict(request, job=self.job, size=self.size, rank=self.rank,
+                               token=self._token, nonce=nonce.hex())).encode()
         with socket.create_connection(self.address, timeout=REQUEST_SECONDS) as sock:
             hello = recv_exactly(sock, len(MAGIC) + NONCE_BYTES)
             if not hello.startswith(MAGIC):

@@ -137,6 +137,38 @@ def test_another_jobs_rank_is_told_whose_store_it_reached():
     print(f"\nanother job's rank: told in {took:.2f} s")
 
 
+def test_a_second_process_as_the_same_rank_is_refused_and_the_job_meets():
+    """A second job on the same port whose rank 1 read the first's secret (its file lives
+    until the first job's ranks have met) speaks as rank 1 of the same job: the first
+    process to speak as a rank holds it, the other is refused at once, and the job meets."""
+    port = free_port()
+    group = dict(size=2, address=("127.0.0.1", port), secret="same", job="one-port")
+    zero = StoreGroup(rank=0, timeout=20, **group)     # serves the store
+    first = StoreGroup(rank=1, timeout=20, **group)
+    first.set("early", 1)
+    t0 = time.monotonic()
+    with pytest.raises(PydfcclError, match="another process already joined job 'one-port' "
+                                           "as rank 1: two jobs on one port"):
+        StoreGroup(rank=1, timeout=20, **group).allgather("intruder")
+    took = time.monotonic() - t0
+    assert took < 10
+    out = {}
+    thread = threading.Thread(target=lambda: out.setdefault(1, first.allgather("one")))
+    thread.start()
+    assert zero.allgather("zero") == ["zero", "one"]
+    thread.join(30)
+    assert out[1] == ["zero", "one"]
+    print(f"\nthe same rank from a second process: refused in {took:.2f} s")
+
+
+def test_a_rank_outside_the_job_is_refused():
+    port = free_port()
+    StoreGroup(rank=0, size=2, address=("127.0.0.1", port), secret="k", job="two")
+    with pytest.raises(PydfcclError, match="rank 2 is not a rank of a job of 2"):
+        StoreGroup(rank=2, size=2, address=("127.0.0.1", port), secret="k", job="two",
+                   timeout=3).allgather(None)
+
+
 def test_a_port_another_program_holds_is_named():
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))

@@ -189,9 +189,11 @@ def after_a_failure(comm, who):
         return None
     x = comm.empty(4096, "float32")
     x[...] = comm.rank + 1
-    seen = {}
+    seen = {"at": "submit"}
     try:
-        comm.run(0, x).result(timeout=300)
+        future = comm.run(0, x)
+        seen["at"] = "result"
+        future.result(timeout=300)
         seen["first"] = "completed?!"
     except pydfccl.PydfcclError as exc:
         seen["first"] = str(exc)
@@ -212,7 +214,9 @@ def test_nothing_can_take_a_failed_runs_buffer_for_its_result():
     for rank in (0, 2):
         seen = per_rank[rank]
         assert "rank 1 closed its communicator" in seen["first"], seen
-        assert seen["recv_all_nan"], seen        # not its own input, not a partial sum
+        # a run that failed in flight leaves NaN (not its own input, not a partial sum); on
+        # a loaded machine rank 1 may close first, and run() itself raises, moving nothing
+        assert seen["recv_all_nan"] or seen["at"] == "submit", seen
         assert seen["run"] == seen["barrier"] == seen["first"], seen
 
 

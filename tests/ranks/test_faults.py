@@ -327,7 +327,7 @@ def test_ctrl_c_ends_the_job_within_seconds_in_one_line(tmp_path):
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=300)
     took = time.monotonic() - t0
-    # about 1 s on an idle machine; over 30 s at a load of 20 on 2 cores
+    # 0.1 to 0.2 s here with 8 CPU burners beside it (load about 10 on 2 cores)
     assert took < 120 and _gone(pids), took
     print(f"\nctrl_c: the launcher ended {took:.1f} s after SIGINT")
     assert "interrupted; every rank stopped" in err

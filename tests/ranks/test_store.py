@@ -137,28 +137,63 @@ def test_another_jobs_rank_is_told_whose_store_it_reached():
     print(f"\nanother job's rank: told in {took:.2f} s")
 
 
-def test_a_second_process_as_the_same_rank_is_refused_and_the_job_meets():
-    """A second job on the same port whose rank 1 read the first's secret (its file lives
-    until the first job's ranks have met) speaks as rank 1 of the same job: the first
-    process to speak as a rank holds it, the other is refused at once, and the job meets."""
+RANK_SCRIPT = """
+import sys
+from pydfccl.bootstrap.store import StoreGroup
+try:
+    print("got", StoreGroup().allgather(sys.argv[1]), flush=True)
+except Exception as exc:
+    print("error", exc, flush=True)
+    sys.exit(1)
+"""
+
+
+def test_two_processes_as_one_rank_one_is_refused_and_the_job_meets(tmp_path):
+    """Ranks started by hand with torchrun's variables and the generated secret (no
+    PYDFCCL_SECRET), two of them as rank 1 (a second job started on the port while the
+    first's ranks are still meeting, its secret file still there): whichever speaks second
+    is refused naming the clash, and ranks 0, 1 and 2 meet, one process each."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "rank.py"
+    script.write_text(RANK_SCRIPT)
     port = free_port()
-    group = dict(size=2, address=("127.0.0.1", port), secret="same", job="one-port")
-    zero = StoreGroup(rank=0, timeout=20, **group)     # serves the store
-    first = StoreGroup(rank=1, timeout=20, **group)
-    first.set("early", 1)
-    t0 = time.monotonic()
-    with pytest.raises(PydfcclError, match="another process already joined job 'one-port' "
-                                           "as rank 1: two jobs on one port"):
-        StoreGroup(rank=1, timeout=20, **group).allgather("intruder")
-    took = time.monotonic() - t0
-    assert took < 10
-    out = {}
-    thread = threading.Thread(target=lambda: out.setdefault(1, first.allgather("one")))
-    thread.start()
-    assert zero.allgather("zero") == ["zero", "one"]
-    thread.join(30)
-    assert out[1] == ["zero", "one"]
-    print(f"\nthe same rank from a second process: refused in {took:.2f} s")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYDFCCL_SECRET", "PYDFCCL_JOB_ID")}
+    env.update(WORLD_SIZE="3", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+               PYDFCCL_JOIN_TIMEOUT="60")
+
+    def rank(r, name):
+        return subprocess.Popen([sys.executable, str(script), name], env=dict(env, RANK=str(r)),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    procs = {"zero": rank(0, "zero")}
+    try:
+        path = secret_path(f"port-{port}")
+        deadline = time.monotonic() + 120
+        while not os.path.exists(path) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert os.path.exists(path), procs["zero"].stderr.read()
+        procs["one"], procs["other one"] = rank(1, "one"), rank(1, "other one")
+        t0 = time.monotonic()
+        while all(p.poll() is None for p in (procs["one"], procs["other one"])) \
+                and time.monotonic() < deadline:
+            time.sleep(0.02)
+        took = time.monotonic() - t0
+        procs["two"] = rank(2, "two")
+        outs = {name: p.communicate(timeout=120) for name, p in procs.items()}
+    finally:
+        for p in procs.values():
+            p.kill()
+    refused = [name for name in ("one", "other one") if procs[name].returncode == 1]
+    assert len(refused) == 1, outs
+    assert (f"another process already joined job 'port-{port}' as rank 1: two jobs on one "
+            "port?") in outs[refused[0]][0], outs
+    (member,) = {"one", "other one"} - set(refused)
+    for name in ("zero", member, "two"):
+        assert procs[name].returncode == 0, outs
+        assert outs[name][0].strip() == f"got ['zero', '{member}', 'two']", outs
+    print(f"\ntwo processes as rank 1: the second refused within {took:.2f} s of their start")
 
 
 def test_a_rank_outside_the_job_is_refused():

@@ -8,6 +8,7 @@ import os
 import tempfile
 
 import numpy as np
+from numba import cuda
 
 import pydfccl
 
@@ -186,3 +187,96 @@ def bad_inputs(comm):
     comm.close()
     expect(pydfccl.PydfcclError, comm.run, 0, x)                      # use after close
     return seen
+
+
+# A producer that works ``work`` loops a thread before writing ``value + i`` (slow on a GPU,
+# so that a run that did not wait for it would read the stale input), and a consumer that
+# doubles. Module-level: the simulator runs a kernel with its module's ``cuda``.
+@cuda.jit
+def produce(a, value, work):
+    i = cuda.grid(1)
+    acc = 0.0
+    for k in range(work):
+        acc += 1e-30 * k
+    if i < a.size:
+        a[i] = value + i + acc * 0.0
+
+
+@cuda.jit
+def consume(a, out):
+    i = cuda.grid(1)
+    if i < a.size:
+        out[i] = 2 * a[i]
+
+
+def _produce_on(stream, a, value: float, work: int) -> None:
+    """``produce`` on ``stream``; under the simulator, whose kernels cannot run while a
+    daemon's does in the same process, the host writes the same values."""
+    if hasattr(stream, "__cuda_stream__"):
+        produce[1, a.size, stream](a, value, work)
+    else:
+        a[...] = value + np.arange(a.size)
+
+
+def _consume_on(stream, a, out) -> None:
+    if hasattr(stream, "__cuda_stream__"):
+        consume[1, a.size, stream](a, out)
+    else:
+        out[...] = 2 * np.asarray(a)
+
+
+def _stream_busy(stream) -> bool:
+    """Whether ``stream`` still has work queued (always False under the simulator, whose
+    kernels ran when they were launched)."""
+    if not hasattr(stream, "__cuda_stream__"):
+        return False
+    from cuda.bindings import driver
+
+    err, = driver.cuStreamQuery(driver.CUstream(stream.__cuda_stream__()[1]))
+    return err == driver.CUresult.CUDA_ERROR_NOT_READY
+
+
+def stream_ordered(comm, work: int):
+    """``run(..., stream=)``: a producer kernel on the user's stream makes the input and the
+    run starts after it without the host waiting; a consumer queued after ``result()``
+    sees the sum. Then runs of one collective keep their order across ranks when rank 0's
+    first one waits for a slow stream and the next one has none; a stream that is not
+    one is refused by name, and the communicator goes on."""
+    import time
+
+    n, r, size = 256, comm.rank, comm.nranks
+    comm.prepare(0, "all_reduce", count=n, dtype="float32")
+    comm.prepare(1, "all_reduce", count=4, dtype="float32")
+    comm.start()
+    x = comm.empty(n, "float32")
+    x[...] = -1.0                                  # stale: what a run too early would sum
+    stream = cuda.stream()
+    _produce_on(stream, x, r + 1.0, work)
+    t0 = time.perf_counter()
+    future = comm.run(0, x, stream=stream)
+    returned_s = time.perf_counter() - t0
+    busy_after_run = _stream_busy(stream)          # the host did not wait for the producer
+    summed = future.result(timeout=120)
+    summed_values = np.asarray(summed)             # x: in place, and used again below
+    doubled = comm.empty(n, "float32")
+    _consume_on(stream, summed, doubled)
+    stream.synchronize()
+    want = size * (size + 1) / 2 + size * np.arange(n)
+
+    slow = cuda.stream()
+    first, second = comm.empty(4, "float32"), comm.empty(4, "float32")
+    first[...], second[...] = -1.0, 100.0 * (r + 1)
+    _produce_on(slow, first, r + 1.0, work if r == 0 else 0)
+    runs = [comm.run(1, first, stream=slow), comm.run(1, second)]
+    ordered = [list(np.asarray(f.result(timeout=120))) for f in runs]
+    try:
+        comm.run(0, x, stream="default")
+        refused = None
+    except TypeError as exc:
+        refused = str(exc)
+    again = np.asarray(comm.run(0, x).result(timeout=120))
+    return dict(summed_ok=bool(np.array_equal(summed_values, want)),
+                same=summed is x, doubled_ok=bool(np.array_equal(np.asarray(doubled),
+                                                                  2 * want)),
+                busy_after_run=busy_after_run, returned_s=returned_s, ordered=ordered,
+                refused=refused, again_ok=bool(np.array_equal(again, size * want)))

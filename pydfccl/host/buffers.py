@@ -23,9 +23,11 @@ def buffer_info(array) -> tuple:
     if getattr(array, "_pydfccl_array", False):
         array = array.raw
     if backend.device_memory_is_host:
-        if not isinstance(array, np.ndarray):
-            raise TypeError("expected a numpy array or a pydfccl array (comm.empty) under "
-                            f"the simulator, got {type(array).__name__}")
+        host = backend.host_array(array)
+        if host is None:
+            raise TypeError("expected a numpy array, a Numba device array or a pydfccl array "
+                            f"(comm.empty) under the simulator, got {type(array).__name__}")
+        array = host
         return (int(array.ctypes.data), int(array.size), array.dtype,
                 bool(array.flags.c_contiguous), not array.flags.writeable)
     iface = getattr(array, "__cuda_array_interface__", None)

@@ -52,6 +52,7 @@ from .poller import poller
 from .rankstate import Phase, RankState
 from .registration import LatePlacer, check_signatures, placement
 from .status import rank_stats, world_status
+from .stream_gate import process_gate
 from .submission import Submissions
 from .trace import TraceReader
 from .watchdog import Watchdog
@@ -107,6 +108,7 @@ class Communicator:
         self._launcher: Launcher | None = None      # from start() on
         self._tracer: TraceReader | None = None
         self._polled: PolledRank | None = None
+        self._gate = None           # the process's stream gate, from the first stream= on
 
     @classmethod
     def from_mpi(cls, mpi_comm, *, policy="dfccl", watchdog_timeout: float | None = None,
@@ -212,12 +214,19 @@ class Communicator:
         count = require_int("count", count, minimum=0)
         return Array.empty(count, normalize_dtype(dtype))
 
-    def run(self, coll_id: int, send, recv=None, priority: int | None = None) -> Future:
+    def run(self, coll_id: int, send, recv=None, priority: int | None = None, *,
+            stream=None) -> Future:
         """Submit one run of a prepared collective; ``recv`` defaults to ``send`` (in place).
 
         Returns a Future whose result is ``recv`` (the object passed); errors (deadlock,
         abort) raise there. The future holds both buffers until the run completes. A
         collective of ``count=0`` completes at once.
+
+        ``stream`` (a Numba, CuPy or PyTorch stream, anything with ``__cuda_stream__``, or
+        a raw handle): the run starts once the work queued on that stream before the call
+        has finished, and the call returns at once; without it the inputs must be complete
+        already. Either way the result is waited for on the host (``result()``): no stream
+        ever waits for a collective (docs/design.md, "Streams").
         """
         state = self._state
         if not state.started:
@@ -240,24 +249,42 @@ class Communicator:
         prio = spec.priority if priority is None else require_int(
             "priority", priority, minimum=-PRIORITY_LIMIT, maximum=PRIORITY_LIMIT,
             where=f"collective {spec.coll_id}: ")
+        handle = None if stream is None else platform.stream_handle(stream)
         buffers = (send, recv)
         future = CollectiveFuture(self._cq, running=True, buffers=buffers,
                                   coll_id=spec.coll_id)
         index = self._index[spec.coll_id]
+        gate = self._gate
+        if handle is not None and gate is None:
+            gate = self._gate = process_gate()      # None: the simulator's streams are done
+        if gate is not None and (handle is not None or gate.waiting((self, index))):
+            # behind the stream's work, and behind earlier runs of this collective waiting
+            # for theirs: the k-th run of a collective meets the k-th on every rank
+            state.raise_if_failed()
+            gate.gate(handle, lambda: self._submit(spec, index, future, send_addr, recv_addr,
+                                                   prio, buffers),
+                      future.set_exception, key=(self, index))
+            return future
+        self._submit(spec, index, future, send_addr, recv_addr, prio, buffers)
+        return future
+
+    def _submit(self, spec, index, future, send_addr, recv_addr, prio, buffers) -> None:
+        """Into the SQ (or behind the runs of ``index`` held on the host); raises the
+        communicator's error if it has failed."""
+        state = self._state
         with self._lock:
             if state.error is None and self._abort_word[0]:
                 state.error = state.abort_error()
             if state.error is not None:
                 raise state.error
             if not spec.count:         # nothing to move: done, as NCCL does
-                future.set_result(recv)
-                return future
+                future.set_result(buffers[1])
+                return
             self._submissions.add(index, future, send_addr, recv_addr, prio, buffers)
             self._launcher.notify()
         poller.wake()
         if not self.persistent:
             self._launch_once()
-        return future
 
     def _spec_of(self, coll_id):
         """The spec of ``coll_id``, or the error that names what is wrong with it."""

@@ -36,7 +36,7 @@ __all__ = ["backend", "Backend", "SIMULATOR", "WAIT_SPIN_SECONDS", "LAUNCHES_ARE
            "address_of", "empty", "new_stream", "destroy_stream", "configure_launch",
            "launch", "launch_ahead", "wait_stream", "synchronize_device", "deferred_frees",
            "to_numpy", "copy_in", "precise_sleeps", "NUMBA_DEVICE_ARRAY",
-           "clear_layout_cache"]
+           "clear_layout_cache", "stream_handle", "stream_write_ops"]
 
 # For tests and scripts; library code reads ``backend``'s attributes instead.
 WAIT_SPIN_SECONDS = backend.waiter_spin_seconds
@@ -63,4 +63,6 @@ configure_launch = backend.configure_launch
 launch = backend.launch
 launch_ahead = backend.launch_ahead
 wait_stream = backend.wait_stream
+stream_handle = backend.stream_handle
+stream_write_ops = backend.stream_write_ops
 synchronize_device = backend.synchronize_device

@@ -121,6 +121,11 @@ class Backend:
     def _copy_out(self, dev) -> np.ndarray:
         return dev.copy_to_host()
 
+    def host_array(self, array) -> np.ndarray | None:
+        """Where device memory is host memory: the numpy array holding a user buffer's
+        elements (None: not a buffer of this backend)."""
+        return array if isinstance(array, np.ndarray) else None
+
     def _copy_to_device(self, dst, values: np.ndarray) -> None:
         dst.copy_to_device(values)
 
@@ -132,6 +137,33 @@ class Backend:
     def wait_stream(self, stream) -> None:
         if stream is not None:
             stream.synchronize()
+
+    # -- the user's streams (``run(..., stream=)``) -------------------------------------------
+
+    def stream_handle(self, stream) -> int:
+        """The raw handle of a user's stream: an int, or any object of the CUDA stream
+        protocol (``__cuda_stream__``: Numba, PyTorch, CuPy, cuda.core), an older PyTorch
+        stream (``cuda_stream``) or CuPy stream (``ptr``). TypeError names what it got."""
+        if isinstance(stream, (int, np.integer)) and not isinstance(stream, (bool, np.bool_)):
+            if stream < 0:
+                raise ValueError(f"stream must be a stream handle, got {int(stream)}")
+            return int(stream)
+        protocol = getattr(stream, "__cuda_stream__", None)
+        if protocol is not None:     # a method; an attribute in early cuda.core versions
+            _version, handle = protocol() if callable(protocol) else protocol
+            return int(handle)
+        for name in ("cuda_stream", "ptr"):
+            handle = getattr(stream, name, None)
+            if isinstance(handle, int) and not isinstance(handle, bool):
+                return handle
+        raise TypeError(f"stream must be a CUDA stream (an object with __cuda_stream__, such "
+                        f"as a Numba, PyTorch or CuPy stream) or a raw handle (int), got "
+                        f"{type(stream).__name__}")
+
+    def stream_write_ops(self):
+        """What ``host.stream_gate`` needs of the driver (``mapped_words``, ``write``), or
+        None where kernels run on the host and a stream has always reached its end."""
+        raise NotImplementedError
 
     def __repr__(self):
         return f"<pydfccl platform backend {self.name!r}>"

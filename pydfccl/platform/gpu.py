@@ -97,6 +97,9 @@ class GpuBackend(Backend):
         """The address the daemon uses for ``array`` (its device pointer)."""
         return _address_of(array)
 
+    def stream_write_ops(self):
+        return streams.StreamWriteOps()
+
     def bind_thread(self) -> None:
         """In a thread pydfccl starts (launcher, poller): use the process's device. A CUDA
         context is current per thread, and a new thread would otherwise take GPU 0's."""

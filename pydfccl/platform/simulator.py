@@ -66,6 +66,26 @@ class SimulatorBackend(Backend):
     def bind_thread(self) -> None:
         pass
 
+    def host_array(self, array) -> np.ndarray | None:
+        """Numba's simulated device arrays too (``cuda.to_device``, ``cuda.device_array``):
+        a Numba program runs unchanged on both backends."""
+        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+        if isinstance(array, FakeCUDAArray):
+            return array._ary
+        return super().host_array(array)
+
+    def stream_handle(self, stream) -> int:
+        """Numba's simulated streams too (their kernels ran when they were launched)."""
+        from numba.cuda.simulator import api
+
+        if isinstance(stream, api.stream):
+            return 0
+        return super().stream_handle(stream)
+
+    def stream_write_ops(self) -> None:
+        return None
+
     def multiprocessors(self) -> None:
         return None
 

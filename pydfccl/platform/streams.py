@@ -9,6 +9,7 @@ stream alone, rather than a copy the driver stages through buffers of its own.
 
 from __future__ import annotations
 
+import ctypes
 import threading
 
 import numpy as np
@@ -16,7 +17,7 @@ from numba import cuda
 
 from .driver import driver_result
 
-__all__ = ["new_stream", "destroy_stream", "copy_stream", "host_to_device", "device_to_host",
+__all__ = ["StreamWriteOps", "new_stream", "destroy_stream", "copy_stream", "host_to_device", "device_to_host",
            "zero_device", "memset_words", "flat_bytes", "STAGING_BYTES"]
 
 
@@ -124,3 +125,28 @@ def flat_bytes(dev):
     if not dev.is_c_contiguous():
         raise ValueError("pydfccl copies need a C-contiguous device array")
     return dev.reshape(dev.size).view(np.uint8)
+
+
+class StreamWriteOps:
+    """The driver operations of the stream gate (``host.stream_gate``): words of mapped
+    host memory, and a write of one of them queued on a stream."""
+
+    def mapped_words(self, n: int) -> tuple[np.ndarray, int]:
+        """``n`` zeroed int64 words of pinned host memory the GPU can reach: (host view,
+        device address). Allocated once per gate and kept for the process's life."""
+        from cuda.bindings import driver as d
+
+        flags = d.CU_MEMHOSTALLOC_DEVICEMAP | d.CU_MEMHOSTALLOC_PORTABLE
+        ptr = driver_result(d.cuMemHostAlloc(8 * n, flags), "cuMemHostAlloc")
+        host = np.ctypeslib.as_array((ctypes.c_int64 * n).from_address(int(ptr)))
+        host[:] = 0
+        dev = driver_result(d.cuMemHostGetDevicePointer(ptr, 0), "cuMemHostGetDevicePointer")
+        return host, int(dev)
+
+    def write(self, stream: int, addr: int, value: int) -> None:
+        """``value`` into the word at ``addr`` once ``stream`` reaches this point."""
+        from cuda.bindings import driver as d
+
+        flags = d.CUstreamWriteValue_flags.CU_STREAM_WRITE_VALUE_DEFAULT
+        driver_result(d.cuStreamWriteValue64(d.CUstream(stream), d.CUdeviceptr(addr), value,
+                                             flags), "cuStreamWriteValue64")

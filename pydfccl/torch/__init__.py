@@ -3,8 +3,9 @@ process-group backend, and a DDP communication hook. Needs torch (``pip install
 pydfccl[torch]``); ``import pydfccl`` alone never imports torch.
 
 On CUDA tensors a collective starts once torch's current stream has made its inputs,
-without blocking the host, and ``wait()`` waits on the host (``streams.py``); on CPU
-tensors (the CUDA simulator, no GPU) calls are plain synchronous ones with the same API.
+without blocking the host (``run(..., stream=)``), and ``wait()`` waits on the host; on
+CPU tensors (the CUDA simulator, no GPU) calls are plain synchronous ones with the same
+API.
 See docs/torch.md.
 """
 

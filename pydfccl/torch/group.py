@@ -26,20 +26,6 @@ __all__ = ["TorchGroup", "P2P_BASE"]
 P2P_BASE = 1 << 40       # transfer ids: P2P_BASE + (sender * size + receiver) << 20 + ordinal
 _REDUCING = ("all_reduce", "reduce_scatter", "reduce")
 
-_gate = None
-_gate_lock = threading.Lock()
-
-
-def _stream_gate():
-    """The process's StreamGate (made on the first CUDA collective)."""
-    global _gate
-    with _gate_lock:
-        if _gate is None:
-            from .streams import StreamGate
-            _gate = StreamGate()
-        return _gate
-
-
 class TorchGroup:
     """Collectives on torch tensors over ``comm``, a started Communicator that this group
     owns (it registers collectives on it as calls come). ``timeout`` (seconds, None: none)
@@ -89,7 +75,7 @@ class TorchGroup:
             op: str = "sum", root: int = 0, peer: int | None = None, async_op: bool = False):
         """Run one collective; ``recv`` None means in place. Returns a Work if
         ``async_op``, else None once the result is there (waited for on the host, on
-        CUDA too: see ``streams.py``)."""
+        CUDA too: see ``host/stream_gate.py``)."""
         if self._failure is not None:
             raise DfcclError(f"dfccl rank {self.rank}: an earlier collective of this group "
                              f"failed ({self._failure}); the group cannot be used any more",
@@ -114,11 +100,9 @@ class TorchGroup:
         send_buf = as_buffer(send)
         recv_buf = None if recv is None else as_buffer(recv)
         if send.is_cuda:     # the run starts once the current stream has made its inputs
-            gate = _stream_gate()
             with torch.cuda.device(send.device):
-                ticket = gate.gate(torch.cuda.current_stream(send.device).cuda_stream,
-                                   lambda: self.comm.run(cid, send_buf, recv_buf))
-            future = ticket.future
+                future = self.comm.run(cid, send_buf, recv_buf,
+                                       stream=torch.cuda.current_stream(send.device))
         else:
             future = self.comm.run(cid, send_buf, recv_buf)
         work = Work(future, [out], timeout=self.timeout, rank=self.rank, what=kind,

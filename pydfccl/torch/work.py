@@ -22,7 +22,7 @@ def _seconds(timeout) -> float | None:
 class Work(dist.Work):
     """``wait()`` returns once the collective has completed, on CPU and CUDA tensors alike:
     the host waits, and kernels queued after it see the result. No stream ever waits for a
-    collective on the GPU (``streams.py`` says why). ``get_future()``: a
+    collective on the GPU (``host/stream_gate.py`` says why). ``get_future()``: a
     ``torch.futures.Future`` of the output tensors, completed on the host when the
     collective completes.
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import pydfccl
-from array_workers import array_idioms, futures_hold_buffers
+from array_workers import array_idioms, futures_hold_buffers, stream_ordered
 from pydfccl import platform
 
 pytestmark = pytest.mark.skipif(not platform.gpu_available(), reason="needs a GPU")
@@ -23,6 +23,19 @@ def test_the_simulators_array_program_runs_unchanged(backend):
         assert got["gathered"] == [0.0, 0.5, 1.0, 0.5]
         assert got["gathered_in_place"] == [0.0, 0.5, 1.0, 0.5]
         assert got["broadcast"] == [1.5] * 4
+
+
+@pytest.mark.parametrize("backend", ["threads", "processes"])
+def test_runs_wait_for_the_users_stream_and_the_host_does_not(backend):
+    """A producer kernel of about 0.1 s on a Numba stream, then ``run(..., stream=)``: the
+    call returns while the stream is still busy, and the sum is of the produced inputs;
+    rank 0's run behind a slow stream and its next run without one keep their order."""
+    for got in pydfccl.launch(stream_ordered, 2, backend=backend, args=(20_000_000,),
+                              timeout=300):
+        assert got["summed_ok"] and got["same"] and got["doubled_ok"] and got["again_ok"]
+        assert got["busy_after_run"] and got["returned_s"] < 0.05, got
+        assert got["ordered"] == [[3.0, 5.0, 7.0, 9.0], [300.0] * 4]
+        assert "stream must be a CUDA stream" in got["refused"]
 
 
 def test_kept_futures_hold_their_buffers_on_the_gpu():

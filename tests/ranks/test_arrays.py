@@ -3,7 +3,8 @@
 that hold their buffers, and ``count=0``."""
 
 import pydfccl
-from array_workers import array_idioms, bad_inputs, futures_hold_buffers, refused_buffers
+from array_workers import (array_idioms, bad_inputs, futures_hold_buffers, refused_buffers,
+                           stream_ordered)
 
 
 def test_arrays_fill_run_and_come_back_as_the_same_objects():
@@ -85,6 +86,16 @@ def test_bad_input_raises_clear_errors():
                      "collective 1 (reduce_scatter) needs a recv buffer",
                      "collective 1 (reduce_scatter): send buffer has 4 elements, the prepared "
                      "count needs 5",
-                     "expected a numpy array or a pydfccl array (comm.empty) under the "
-                     "simulator, got list"]:
+                     "expected a numpy array, a Numba device array or a pydfccl array "
+                     "(comm.empty) under the simulator, got list"]:
         assert fragment in text, fragment
+
+
+def test_runs_ordered_on_the_users_stream():
+    """``run(..., stream=)`` on the simulator: the same program as on a GPU
+    (tests/gpu/test_arrays_gpu.py), with a simulated stream."""
+    for got in pydfccl.launch(stream_ordered, 2, args=(10,), timeout=300):
+        assert got["summed_ok"] and got["same"] and got["doubled_ok"] and got["again_ok"]
+        assert got["ordered"] == [[3.0, 5.0, 7.0, 9.0], [300.0] * 4]
+        assert "stream must be a CUDA stream" in got["refused"]
+        assert "got str" in got["refused"]

@@ -1,4 +1,4 @@
-"""pydfccl.torch: argument checks and the stream gate in this process; the "dfccl"
+"""pydfccl.torch: argument checks and waiting on the host in this process; the "dfccl"
 backend, the DDP hook and the example's first steps with a process per rank (simulator)."""
 
 import json
@@ -7,7 +7,6 @@ import re
 import subprocess
 import sys
 import threading
-import time
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
@@ -21,7 +20,6 @@ import torch.distributed as dist  # noqa: E402
 import pydfccl.errors as pydfccl_errors  # noqa: E402
 import pydfccl.torch as pt  # noqa: E402
 from pydfccl.torch.spawn import spawn_ranks  # noqa: E402
-from pydfccl.torch.streams import DriverStreamOps, StreamGate  # noqa: E402
 
 HERE = Path(__file__).parent
 ROOT = HERE.parents[1]
@@ -135,65 +133,7 @@ def test_work_and_future(group, device):
     assert work.wait() and work.is_completed() and work.is_success()
 
 
-# -- the stream gate, with stand-in stream operations --------------------------------------
-
-class FakeStreamOps:
-    """Streams whose queued work finishes when ``flush`` says so; a write lands then. It
-    has no wait operation: nothing pydfccl does may make a stream wait for a run."""
-
-    def __init__(self):
-        self.hold = False
-        self.pending = []
-
-    def mapped_words(self, n):
-        host = np.zeros(n, np.int64)
-        return host, host.ctypes.data
-
-    def write(self, stream, addr, value):
-        self.pending.append((addr, value))
-        if not self.hold:
-            self.flush()
-
-    def flush(self):
-        for addr, value in self.pending:
-            np.ctypeslib.as_array((np.ctypeslib.ctypes.c_int64 * 1).from_address(addr))[0] = value
-        self.pending.clear()
-
-
-def wait_until(condition, seconds=5.0):
-    deadline = time.monotonic() + seconds
-    while not condition() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return condition()
-
-
-def test_stream_gate_submits_once_the_stream_reaches_it():
-    ops = FakeStreamOps()
-    gate = StreamGate(ops, nwords=4)
-    ops.hold = True                       # the stream has not reached the gate yet
-    run, submitted = Future(), []
-    ticket = gate.gate(7, lambda: submitted.append(1) or run)
-    time.sleep(0.05)
-    assert not submitted and not ticket.future.done()
-    ops.flush()                           # the stream passes: the watcher submits
-    assert wait_until(lambda: submitted == [1])
-    assert not ticket.future.done()       # submitted, not finished: the host waits on
-    run.set_result("out")
-    assert ticket.future.result(timeout=5) == "out"
-
-
-def test_a_failed_run_fails_its_ticket_and_nothing_waits_on_the_gpu():
-    """A run that fails raises where the host waits; no stream was told to wait for it, so
-    no kernel can go on as if it had succeeded (the stand-in has no wait operation)."""
-    ops = FakeStreamOps()
-    gate = StreamGate(ops, nwords=4)
-    run = Future()
-    ticket = gate.gate(7, lambda: run)
-    run.set_exception(RuntimeError("deadlock"))
-    with pytest.raises(RuntimeError, match="deadlock"):
-        ticket.future.result(timeout=5)
-    assert not hasattr(ops, "wait") and not hasattr(DriverStreamOps, "wait")
-
+# -- waiting on the host ---------------------------------------------------------------------
 
 def test_work_waits_on_the_host_until_the_run_completes():
     run = Future()
@@ -202,18 +142,6 @@ def test_work_waits_on_the_host_until_the_run_completes():
         work.wait(timeout=0.05)
     threading.Timer(0.05, run.set_result, ("out",)).start()
     assert work.wait(timeout=5) and work.is_success()
-
-
-def test_stream_gate_refuses_to_reuse_a_slot_its_stream_has_not_reached():
-    ops = FakeStreamOps()
-    gate = StreamGate(ops, nwords=3)
-    ops.hold = True
-    gate.gate(0, Future)
-    gate.gate(0, Future)
-    gate.gate(0, Future)
-    with pytest.raises(RuntimeError, match="3 runs since the oldest one whose stream has not "
-                                           "reached it"):
-        gate.gate(0, Future)
 
 
 # -- ranks as processes (simulator) ------------------------------------------------------------

@@ -74,3 +74,12 @@ def test_outputs_are_the_kinds_own():
     assert np.array_equal(reference("recv", inputs, root=1, rank=0), inputs[1])
     assert reference("reduce", inputs, root=1, rank=0) is None
     assert reference("send", inputs, root=1, rank=0) is None
+
+
+def test_the_models_ring_has_the_tables_steps():
+    """The model (``sched.steps``) names each step of an all_reduce loop; their number is the
+    table's, on every ring size."""
+    from pydfccl.sched.steps import ring_steps
+
+    for n in range(2, 10):
+        assert len(ring_steps(n)) == BY_NAME["all_reduce"].steps(n)

@@ -229,7 +229,9 @@ class ProcessGroupDfccl(CollectivesMixin, dist.ProcessGroup):
         for cpu, gpu in pairs:
             if cpu.data_ptr() != gpu.data_ptr():
                 cpu.copy_(gpu)
-        return completed_work(list(args), self._rank, impl.strip("_"))
+        # the outputs are the first argument's tensors, as torch's backends' results are
+        # (not the options: DDP's reducer extracts the tensors of a result by pickling it)
+        return completed_work(list(_tensors_in(args[:1])), self._rank, impl.strip("_"))
 
     def shutdown(self) -> None:
         self.dfccl_group.close()

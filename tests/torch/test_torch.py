@@ -126,6 +126,36 @@ def test_bad_arguments_are_named(group, call, error, match):
     assert group.comm.runs == []
 
 
+def test_cpu_tensors_staged_through_the_gpu_come_back_as_the_outputs_alone():
+    """CPU tensors on a GPU machine are staged through the GPU (``_staged``); the Work's
+    result is the output tensors, as torch's backends give, and its future's value can be
+    taken apart by torch (DDP's reducer pickles it to find the tensors: the options object
+    that torch passes beside them cannot be pickled)."""
+    from pydfccl.torch.backend import ProcessGroupDfccl
+
+    class Staging:
+        _rank = 0
+
+        def _comm_device(self):
+            return torch.device("cpu")
+
+        def _allreduce(self, tensors, opts=None):
+            tensors[0].mul_(2)
+            return pt.Work(_done(tensors), tensors)
+
+    def _done(value):
+        f = Future()
+        f.set_result(value)
+        return f
+
+    t = torch.ones(3, device="cpu")
+    work = ProcessGroupDfccl._staged(Staging(), "_allreduce", ([t], dist.AllreduceOptions()),
+                                     {})
+    assert work.result() == [t] and t.tolist() == [2.0, 2.0, 2.0]
+    value = work.get_future().wait()
+    assert torch._jit_internal._extract_tensors(value) == [t]
+
+
 def test_work_and_future(group, device):
     t = torch.ones(3)
     work = pt.all_reduce(t, group=group, async_op=True)

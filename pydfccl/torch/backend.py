@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import weakref
+from concurrent.futures import Future
 from datetime import timedelta
 
 import torch
@@ -29,7 +31,7 @@ from ..bootstrap.c10d import C10dStoreGroup
 from ..sched.choice import policy_from_env
 from .collectives import CollectivesMixin
 from .group import TorchGroup, _simulated
-from .work import completed_work
+from .work import Work
 
 __all__ = ["C10dStoreGroup", "ProcessGroupDfccl", "register", "status_report", "stats",
            "BACKEND_NAME", "comm_options"]
@@ -216,7 +218,10 @@ class ProcessGroupDfccl(CollectivesMixin, dist.ProcessGroup):
 
     def _staged(self, impl, args, kwargs):
         """CPU tensors on a GPU machine (torch's object collectives use them): copied to
-        the GPU, run there, copied back once the collective is done."""
+        the GPU and run there; the Work completes once the results are copied back (by a
+        thread of its own: the call returns at once, as with CUDA tensors). Its result is
+        the first argument's tensors, as torch's backends give (not the options: DDP's
+        reducer takes a result apart by pickling it)."""
         device, pairs = self._comm_device(), []
 
         def stage(t):
@@ -224,14 +229,24 @@ class ProcessGroupDfccl(CollectivesMixin, dist.ProcessGroup):
             pairs.append((t, on_gpu))
             return on_gpu
 
-        staged = _map_tensors(args, stage)
-        getattr(self, impl)(*staged, **kwargs).wait()
-        for cpu, gpu in pairs:
-            if cpu.data_ptr() != gpu.data_ptr():
-                cpu.copy_(gpu)
-        # the outputs are the first argument's tensors, as torch's backends' results are
-        # (not the options: DDP's reducer extracts the tensors of a result by pickling it)
-        return completed_work(list(_tensors_in(args[:1])), self._rank, impl.strip("_"))
+        run = getattr(self, impl)(*_map_tensors(args, stage), **kwargs)
+        outputs = list(_tensors_in(args[:1]))
+        done = Future()
+
+        def copy_back():
+            try:
+                run.wait()
+                for cpu, gpu in pairs:
+                    if cpu.data_ptr() != gpu.data_ptr():
+                        cpu.copy_(gpu)
+            except BaseException as exc:     # the run's error is the Work's
+                done.set_exception(exc)
+            else:
+                done.set_result(outputs)
+
+        threading.Thread(target=copy_back, name="pydfccl-torch-staged", daemon=True).start()
+        return Work(done, outputs, timeout=run.timeout, rank=self._rank, what=run.what,
+                    on_group_timeout=run.on_group_timeout)
 
     def shutdown(self) -> None:
         self.dfccl_group.close()

@@ -53,6 +53,19 @@ class Work(dist.Work):
             raise error from exc
         return True
 
+    @property
+    def timeout(self) -> float | None:
+        """The group's timeout for ``wait()`` (seconds; None: none)."""
+        return self._timeout
+
+    @property
+    def what(self) -> str:
+        return self._what
+
+    @property
+    def on_group_timeout(self):
+        return self._on_group_timeout
+
     def _torch_error(self, exc):
         return as_torch_error(exc, self._rank, self._what)
 

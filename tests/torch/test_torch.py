@@ -127,11 +127,14 @@ def test_bad_arguments_are_named(group, call, error, match):
 
 
 def test_cpu_tensors_staged_through_the_gpu_come_back_as_the_outputs_alone():
-    """CPU tensors on a GPU machine are staged through the GPU (``_staged``); the Work's
-    result is the output tensors, as torch's backends give, and its future's value can be
-    taken apart by torch (DDP's reducer pickles it to find the tensors: the options object
-    that torch passes beside them cannot be pickled)."""
+    """CPU tensors on a GPU machine are staged through the GPU (``_staged``): the call
+    returns at once, the Work completes once the run has and its result is copied back,
+    and its result is the output tensors, as torch's backends give; its future's value can
+    be taken apart by torch (DDP's reducer pickles it to find the tensors: the options
+    object that torch passes beside them cannot be pickled)."""
     from pydfccl.torch.backend import ProcessGroupDfccl
+
+    run = Future()
 
     class Staging:
         _rank = 0
@@ -140,17 +143,16 @@ def test_cpu_tensors_staged_through_the_gpu_come_back_as_the_outputs_alone():
             return torch.device("cpu")
 
         def _allreduce(self, tensors, opts=None):
-            tensors[0].mul_(2)
-            return pt.Work(_done(tensors), tensors)
-
-    def _done(value):
-        f = Future()
-        f.set_result(value)
-        return f
+            staged = tensors[0]
+            run.add_done_callback(lambda f: staged.mul_(2))
+            return pt.Work(run, tensors, what="all_reduce")
 
     t = torch.ones(3, device="cpu")
     work = ProcessGroupDfccl._staged(Staging(), "_allreduce", ([t], dist.AllreduceOptions()),
                                      {})
+    with pytest.raises(pt.DfcclTimeoutError, match="all_reduce did not complete"):
+        work.wait(timeout=0.2)               # the run has not completed: nor has the Work
+    run.set_result(None)
     assert work.result() == [t] and t.tolist() == [2.0, 2.0, 2.0]
     value = work.get_future().wait()
     assert torch._jit_internal._extract_tensors(value) == [t]

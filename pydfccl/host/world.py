@@ -7,6 +7,7 @@ segments that the launching parent made, and sees its peers' pools at its own ad
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 from dataclasses import asdict, dataclass
@@ -68,10 +69,18 @@ def machine_sizes(nranks: int, nblocks: int | None = None,
     takes by default (the simulator's where there is no GPU): for code that cuts data as
     the daemon does (``reference.ring_order``, ``hbm.rank_traffic``)."""
     if nblocks is None or slot_bytes is None:
-        cfg = WorldConfig(nranks, simulator=not gpu_available())
-        nblocks = cfg.nblocks if nblocks is None else nblocks
-        slot_bytes = cfg.slot_bytes if slot_bytes is None else slot_bytes
+        default_blocks, default_slot = _default_sizes(nranks)
+        nblocks = default_blocks if nblocks is None else nblocks
+        slot_bytes = default_slot if slot_bytes is None else slot_bytes
     return nblocks, slot_bytes
+
+
+@functools.lru_cache(maxsize=None)
+def _default_sizes(nranks: int) -> tuple[int, int]:
+    """A launch's default (nblocks, slot_bytes) on this machine, asked of the driver once
+    (a check of every result, as the demo's, would otherwise ask at every call)."""
+    cfg = WorldConfig(nranks, simulator=not gpu_available())
+    return cfg.nblocks, cfg.slot_bytes
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,9 @@ its outputs one copy back, instead of two for each collective (each a pinned sta
 and a stream wait on a GPU). The inputs of every rank are made at once as one numpy
 expression over the whole allocation; the expected results (``protocol.reference``) are
 computed from views of them, and the check compares the whole receive allocation at once.
-Views start at 256-byte boundaries, as separate allocations would.
+The inputs repeat every ``PERIOD`` iterations, so each iteration's inputs and expected
+outputs are computed once and reused. Views start at 256-byte boundaries, as separate
+allocations would.
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ import numpy as np
 from ..protocol.codes import normalize_dtype
 from ..protocol.reference import reference
 
-__all__ = ["ALIGN_BYTES", "ChaosBuffers"]
+__all__ = ["ALIGN_BYTES", "PERIOD", "ChaosBuffers"]
 
 ALIGN_BYTES = 256
+# Iteration it's inputs: (position + 7 * collective + 3 * it) mod PERIOD, plus rank + 1.
+PERIOD = 13
 
 
 def _layout(sizes: list[int], itemsize: int) -> tuple[list[int], int]:
@@ -55,12 +59,17 @@ class ChaosBuffers:
             self._coll[o:o + s] = k
         self._ranks = np.arange(comm.nranks, dtype=np.int64)[:, None] + 1
         self._inputs = None
+        self._made: dict = {}       # it % PERIOD -> (every rank's inputs, expected outputs)
 
     def fill(self, it: int) -> None:
         """Make iteration ``it``'s inputs of every rank (small integers, so that every sum is
         exact in every dtype) and copy this rank's into its send buffers, in one copy."""
-        base = (self._pos + 7 * self._coll + 3 * it) % 13
-        self._inputs = (base[None, :] + self._ranks).astype(normalize_dtype(self.dtype))
+        phase = it % PERIOD
+        if phase not in self._made:
+            base = (self._pos + 7 * self._coll + 3 * phase) % PERIOD
+            inputs = (base[None, :] + self._ranks).astype(normalize_dtype(self.dtype))
+            self._made[phase] = (inputs, None)
+        self._inputs = self._made[phase][0]
         self.send_all[...] = self._inputs[self.comm.rank]
 
     def inputs(self, k: int) -> list[np.ndarray]:
@@ -73,17 +82,7 @@ class ChaosBuffers:
         the outputs verified (a reduce's only at its root). AssertionError names the first
         wrong element."""
         got = np.asarray(self.recv_all)
-        want = np.empty_like(got)
-        defined = np.zeros(got.size, bool)
-        verified = 0
-        for k, kind in enumerate(self.kinds):
-            expected = reference(kind, self.inputs(k), "sum", self.roots[k], self.comm.rank)
-            if expected is None:
-                continue        # reduce: only the root's output is defined
-            o = self.recv_at[k]
-            want[o:o + expected.size] = expected
-            defined[o:o + expected.size] = True
-            verified += 1
+        want, defined, verified = self._expected(it, got)
         wrong = np.flatnonzero(defined & (got != want))
         if wrong.size:
             at = int(wrong[0])
@@ -92,3 +91,24 @@ class ChaosBuffers:
             raise AssertionError(f"iteration {it}, collective {k} ({self.kinds[k]}): element "
                                  f"{bad} is {got[at]}, expected {want[at]}")
         return verified
+
+    def _expected(self, it: int, got: np.ndarray) -> tuple:
+        """(expected receive allocation, which elements are defined, outputs verified) of
+        iteration ``it``, computed once per phase of the inputs."""
+        phase = it % PERIOD
+        inputs, expected = self._made[phase]
+        if expected is None:
+            want = np.empty_like(got)
+            defined = np.zeros(got.size, bool)
+            verified = 0
+            for k, kind in enumerate(self.kinds):
+                out = reference(kind, self.inputs(k), "sum", self.roots[k], self.comm.rank)
+                if out is None:
+                    continue        # reduce: only the root's output is defined
+                o = self.recv_at[k]
+                want[o:o + out.size] = out
+                defined[o:o + out.size] = True
+                verified += 1
+            expected = (want, defined, verified)
+            self._made[phase] = (inputs, expected)
+        return expected

@@ -60,3 +60,29 @@ def test_a_reduce_is_checked_only_at_its_root():
     base = (np.arange(count) + 7) % 13
     _fill(buffers.recvs[1], (nranks * base + 6).astype(np.int32))
     assert buffers.check(0) == 1
+
+
+def test_inputs_and_expected_outputs_made_once_a_phase_still_catch_stale_results():
+    """The inputs repeat every 13 iterations, and each phase's are made once: iteration 15
+    fills what iteration 2 did, and iteration 3's check refuses iteration 2's outputs
+    left in place (a collective that wrote nothing)."""
+    nranks, count = 3, 37
+    buffers, _ = _buffers(nranks=nranks, count=count, kinds=("all_reduce",))
+
+    def right(it):
+        base = (np.arange(count) + 3 * it) % 13
+        _fill(buffers.recvs[0], (nranks * base + nranks * (nranks + 1) // 2).astype(np.int32))
+
+    buffers.fill(2)
+    first = buffers.sends[0].copy()
+    right(2)
+    assert buffers.check(2) == 1
+    buffers.fill(3)
+    with pytest.raises(AssertionError, match="iteration 3, collective 0"):
+        buffers.check(3)                   # iteration 2's outputs: stale
+    right(3)
+    assert buffers.check(3) == 1
+    buffers.fill(15)
+    np.testing.assert_array_equal(buffers.sends[0], first)
+    right(15)
+    assert buffers.check(15) == 1

@@ -2,10 +2,14 @@
 # The GPU acceptance batch: the GPU tests and the commands whose figures
 # docs/results.md lists. Run from the repository root on a machine with a GPU, e.g.
 # `bash scripts/gpu_acceptance.sh latency2 bandwidth`. Stages (default: all, in this order):
+#   startup    `build-kernels` into an empty directory (no GPU used: as an install step
+#              would), then start-up to the first verified collective: cold, warm, and
+#              with that directory as the kernel cache (prebuilt)
 #   tests      the GPU tests (tests/gpu: threads and rank processes under MPS; the
-#              torch API on CUDA tensors; the fault table's GPU rows in
-#              tests/torch/test_torch_faults.py: CUDA tensors, a rank 60 s late to
-#              barrier()); the rest of the suite is CI's, on the simulator
+#              torch API on CUDA tensors; the fault table on the GPU:
+#              tests/torch/test_torch_faults.py, CUDA tensors and a rank 60 s late to
+#              barrier(), and tests/ranks/test_faults.py); the rest of the suite is CI's,
+#              on the simulator. TESTS (pytest paths or node ids) runs those instead
 #   latency2   an 8-byte all-reduce, submit to completion, 2 ranks, against a launch each
 #   latency8   the same on 8 ranks
 #   many4      64 concurrent 4 KiB all-reduces on 4 ranks, against a kernel launch each
@@ -14,8 +18,12 @@
 #              sync after every submission
 #   chaos8     the chaos demo on 8 ranks, 200 iterations, under dfccl and under the nccl
 #              policy (which deadlocks and exits with status 3)
+#   chaos8p    the chaos demo on 8 rank processes, 200 iterations
+#   sync8      the chaos demo on 8 ranks, 1000 iterations, a device sync after every
+#              submission
 #   replay     a three-rank schedule with device syncs replayed (scripts/schedules/), under
 #              dfccl and under the nccl policy (exit status 3)
+#   ddp        examples/ddp_bench.py: DDP steps a second on gloo and dfccl, 2 rank processes
 #   train      examples/train_gpt.py with 2, 3 and 4 rank processes, RUNS runs of STEPS steps
 #              each (default 10 x 200); the first run starts from an empty kernel cache
 #              unless WARM is set (train2, train3, train4: one size alone)
@@ -87,11 +95,12 @@ train_runs() {  # train_runs NAME ARGS...: RUNS runs of the example; one line of
 }
 
 SCHEDULE=scripts/schedules/three_ranks_disordered_with_syncs.json
-for s in ${*:-tests latency2 latency8 many4 bandwidth chaos chaos8 replay train}; do
+for s in ${*:-startup tests latency2 latency8 many4 bandwidth chaos chaos8 sync8 replay ddp train}; do
   case $s in
     tests) stage tests 450 env PYDFCCL_DEADLOCK_STACKS=1 $PY -m pytest -q -rfE --tb=short \
-             -p no:cacheprovider -o faulthandler_timeout=120 --durations=10 tests/gpu \
-             tests/torch/test_torch_api.py tests/torch/test_torch_faults.py ;;
+             -p no:cacheprovider -o faulthandler_timeout=120 --durations=10 \
+             ${TESTS:-tests/gpu tests/torch/test_torch_api.py tests/torch/test_torch_faults.py \
+               tests/ranks/test_faults.py} ;;
     latency2) stage latency2 120 $PY -m pydfccl bench latency -n 2 --iters 10000 ;;
     latency8) stage latency8 120 $PY -m pydfccl bench latency -n 8 --iters 1000 ;;
     many4) stage many4 120 $PY -m pydfccl bench latency -n 4 -k 64 -c 1024 --iters 200 -w 20 ;;
@@ -107,6 +116,15 @@ for s in ${*:-tests latency2 latency8 many4 bandwidth chaos chaos8 replay train}
              -i 500 --sync device ;;
     chaos8) stage chaos8 100 $PY -m pydfccl demo -n 8 -k 8 -i 200
             stage chaos8_nccl 60 $PY -m pydfccl demo -n 8 -k 8 -i 200 --policy nccl ;;
+    chaos8p) stage chaos8p 120 env PYDFCCL_BACKEND=processes $PY -m pydfccl demo -n 8 -k 8 \
+               -i 200 ;;
+    sync8) stage sync8 420 $PY -m pydfccl demo -n 8 -k 8 -i 1000 --sync device ;;
+    startup) rm -rf /tmp/pydfccl_prebuilt
+             stage build_kernels 300 env PYDFCCL_CACHE_DIR=/tmp/pydfccl_prebuilt \
+               $PY -m pydfccl build-kernels
+             stage startup 300 $PY -m pydfccl bench startup --warm 3 \
+               --prebuilt /tmp/pydfccl_prebuilt ;;
+    ddp) stage ddp 300 $PY examples/ddp_bench.py --nranks 2 --backends gloo,dfccl --device cuda ;;
     replay) stage replay 90 $PY -m pydfccl demo --schedule $SCHEDULE
             stage replay_nccl 60 $PY -m pydfccl demo --schedule $SCHEDULE --policy nccl --watchdog 5 ;;
     *)     echo "unknown stage $s" | tee -a "$SUMMARY" ;;

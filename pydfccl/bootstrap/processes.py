@@ -3,9 +3,7 @@
 The launcher keeps the contract of torchrun and mpiexec:
 
 - ranks die with it: a rank process asks the kernel to kill it when its parent dies
-  (``PR_SET_PDEATHSIG``; the parent is the launcher, or under the simulator the fork
-  server, which ends with the launcher: ``start_method``) and also watches the
-  launcher's pid;
+  (``PR_SET_PDEATHSIG``) and also watches its parent's pid;
 - the shared-memory segments are unlinked as soon as every rank has attached, so a job
   killed whole (``timeout``, Slurm, Kubernetes: SIGKILL to the process group) leaves
   nothing in ``/dev/shm``;
@@ -21,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import multiprocessing as mp
 import multiprocessing.connection as mpc
 import os
 import signal
@@ -38,7 +37,6 @@ from ..host.communicator import Communicator
 from ..host.world import World, WorldConfig, new_segment
 from ..protocol import layout as L
 from .failures import raise_first
-from .start_method import rank_context
 
 __all__ = ["launch_processes", "START_TIMEOUT", "GRACE_SECONDS"]
 
@@ -58,26 +56,15 @@ def _die_with_parent(parent: int) -> None:
             ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         except (OSError, AttributeError):
             pass
-    if not _alive(parent):        # it died before the signal was asked for
+    if os.getppid() != parent:        # it died before the signal was asked for
         os._exit(1)
 
     def watch():
-        while _alive(parent):
+        while os.getppid() == parent:
             time.sleep(1.0)
         os._exit(1)
 
     threading.Thread(target=watch, name="pydfccl-parent-watch", daemon=True).start()
-
-
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` (the launcher: not always this process's parent) exists."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
 
 
 class _PipeGroup:
@@ -137,7 +124,7 @@ def launch_processes(worker, nranks, options, timeout, args, config):
     cfg = WorldConfig(**config)
     if simulator:
         os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
-    ctx = rank_context()
+    ctx = mp.get_context("spawn")
     ctl_shm = new_segment(cfg.ctl_bytes)
     segments = [ctl_shm] + ([new_segment(nranks * cfg.pool_bytes)] if simulator else [])
     supervisor = _Supervisor(nranks, ctl_shm, cfg, segments, timeout)

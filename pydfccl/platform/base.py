@@ -69,9 +69,6 @@ class Backend:
     launch_runs_kernel: bool = False
     # One kernel at a time per process: ranks must be processes, not threads of one.
     one_kernel_per_process: bool = False
-    # How ``launch`` starts rank processes (``bootstrap.start_method``): "spawn", or
-    # "forkserver" where no process touches a CUDA driver.
-    rank_start_method: str = "spawn"
     # How long no progress anywhere, with work outstanding, is a deadlock by default.
     watchdog_seconds: float = 20.0
     # How long a thread in ``Future.result()`` watches for its completion itself (spinning

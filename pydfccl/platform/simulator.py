@@ -41,7 +41,6 @@ class SimulatorBackend(Backend):
     device_memory_is_host = True
     launch_runs_kernel = True
     one_kernel_per_process = True
-    rank_start_method = "forkserver"
     watchdog_seconds = 60.0
     # A collective takes milliseconds of CPU, which a spinning waiter would only slow.
     waiter_spin_seconds = 0.0

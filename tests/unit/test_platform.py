@@ -47,7 +47,6 @@ print(json.dumps(dict(name=b.name, kernels_on_host=b.kernels_on_host,
     device_memory_is_host=b.device_memory_is_host, launch_runs_kernel=b.launch_runs_kernel,
     one_kernel_per_process=b.one_kernel_per_process,
     waiter_spin_seconds=b.waiter_spin_seconds, watchdog_seconds=b.watchdog_seconds,
-    rank_start_method=b.rank_start_method,
     numba_device_array=b.numba_device_array is not None)))
 """
 
@@ -68,8 +67,6 @@ def test_the_backends_differ_as_their_attributes_say():
     assert sim.waiter_spin_seconds == 0 < gpu.waiter_spin_seconds
     assert sim.watchdog_seconds > gpu.watchdog_seconds
     assert sim.numba_device_array is None and gpu.numba_device_array
-    # a fork of a server that never loads a driver under the simulator; fresh on a GPU
-    assert (sim.rank_start_method, gpu.rank_start_method) == ("forkserver", "spawn")
 
 
 def test_the_module_functions_are_the_chosen_backends():

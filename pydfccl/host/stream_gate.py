@@ -52,7 +52,7 @@ class StreamGate:
         self._ready, self._ready_addr = ops.mapped_words(nwords)
         self._stamp = 0
         self._waiting: list[Ticket] = []      # in submission order, not yet started
-        self._keys: Counter = Counter()       # waiting tickets of each key
+        self._keys: Counter = Counter()       # tickets of each key not yet submitted
         self._cond = threading.Condition()
         self._bind_thread = bind_thread
         self._thread = threading.Thread(target=self._watch, name="pydfccl-stream-gate",
@@ -60,8 +60,8 @@ class StreamGate:
         self._thread.start()
 
     def waiting(self, key) -> bool:
-        """Whether a run of ``key`` is still waiting for its stream (a later run of ``key``
-        must then queue behind it, through ``gate``)."""
+        """Whether a run of ``key`` has not been submitted yet (a later run of ``key`` must
+        then queue behind it, through ``gate``)."""
         return self._keys[key] > 0
 
     def gate(self, stream: int | None, start, fail, key=None) -> Ticket:
@@ -87,6 +87,14 @@ class StreamGate:
             self._cond.notify()
         return ticket
 
+    def _submitted(self, key) -> None:
+        """A ticket of ``key`` is submitted (or failed): only now may a later run of
+        ``key`` that has no stream go straight to the communicator."""
+        with self._cond:
+            self._keys[key] -= 1
+            if not self._keys[key]:
+                del self._keys[key]       # keys hold their communicator: none kept idle
+
     def _reached(self, ticket: Ticket) -> bool:
         return ticket.slot is None or self._ready[ticket.slot] >= ticket.stamp
 
@@ -103,7 +111,6 @@ class StreamGate:
                 blocked.add(t.key)
         for t in ready:
             self._waiting.remove(t)
-            self._keys[t.key] -= 1
         return ready
 
     def _watch(self) -> None:
@@ -119,6 +126,8 @@ class StreamGate:
                     t.start()
                 except BaseException as exc:     # a submission's error belongs to its run
                     t.fail(exc)
+                finally:
+                    self._submitted(t.key)
             if not ready:
                 time.sleep(self.POLL_SECONDS)
 

@@ -65,6 +65,25 @@ def test_a_run_starts_once_its_stream_reaches_the_gate():
     assert wait_until(lambda: not gate.waiting("k"))
 
 
+def test_a_run_counts_as_waiting_until_it_has_been_submitted():
+    """The watcher has taken a run whose stream reached the gate but not yet submitted it:
+    a later run of its collective must still queue behind it, not overtake it."""
+    ops = FakeStreamOps()
+    gate = StreamGate(ops, nwords=4)
+    entered, release = threading.Event(), threading.Event()
+
+    def slow_start():
+        entered.set()
+        release.wait(5)
+
+    gate.gate(7, slow_start, None, key="k")
+    assert entered.wait(5)
+    assert gate.waiting("k")
+    release.set()
+    assert wait_until(lambda: not gate.waiting("k"))
+    assert "k" not in gate._keys            # no key (and its communicator) kept once idle
+
+
 def test_runs_of_one_collective_start_in_submission_order():
     """A later run of the same key waits behind an earlier one whose stream is slower,
     whether it has a stream or not; another key's run does not wait."""

@@ -59,17 +59,18 @@ class ChaosBuffers:
             self._coll[o:o + s] = k
         self._ranks = np.arange(comm.nranks, dtype=np.int64)[:, None] + 1
         self._inputs = None
-        self._made: dict = {}       # it % PERIOD -> (every rank's inputs, expected outputs)
+        self._inputs_of: dict = {}      # it % PERIOD -> every rank's inputs
+        self._expected_of: dict = {}    # it % PERIOD -> (want, defined, outputs verified)
 
     def fill(self, it: int) -> None:
         """Make iteration ``it``'s inputs of every rank (small integers, so that every sum is
         exact in every dtype) and copy this rank's into its send buffers, in one copy."""
         phase = it % PERIOD
-        if phase not in self._made:
+        if phase not in self._inputs_of:
             base = (self._pos + 7 * self._coll + 3 * phase) % PERIOD
-            inputs = (base[None, :] + self._ranks).astype(normalize_dtype(self.dtype))
-            self._made[phase] = (inputs, None)
-        self._inputs = self._made[phase][0]
+            self._inputs_of[phase] = (base[None, :] + self._ranks).astype(
+                normalize_dtype(self.dtype))
+        self._inputs = self._inputs_of[phase]
         self.send_all[...] = self._inputs[self.comm.rank]
 
     def inputs(self, k: int) -> list[np.ndarray]:
@@ -82,7 +83,10 @@ class ChaosBuffers:
         the outputs verified (a reduce's only at its root). AssertionError names the first
         wrong element."""
         got = np.asarray(self.recv_all)
-        want, defined, verified = self._expected(it, got)
+        phase = it % PERIOD
+        if phase not in self._expected_of:
+            self._expected_of[phase] = self._expected(got)
+        want, defined, verified = self._expected_of[phase]
         wrong = np.flatnonzero(defined & (got != want))
         if wrong.size:
             at = int(wrong[0])
@@ -92,23 +96,18 @@ class ChaosBuffers:
                                  f"{bad} is {got[at]}, expected {want[at]}")
         return verified
 
-    def _expected(self, it: int, got: np.ndarray) -> tuple:
-        """(expected receive allocation, which elements are defined, outputs verified) of
-        iteration ``it``, computed once per phase of the inputs."""
-        phase = it % PERIOD
-        inputs, expected = self._made[phase]
-        if expected is None:
-            want = np.empty_like(got)
-            defined = np.zeros(got.size, bool)
-            verified = 0
-            for k, kind in enumerate(self.kinds):
-                out = reference(kind, self.inputs(k), "sum", self.roots[k], self.comm.rank)
-                if out is None:
-                    continue        # reduce: only the root's output is defined
-                o = self.recv_at[k]
-                want[o:o + out.size] = out
-                defined[o:o + out.size] = True
-                verified += 1
-            expected = (want, defined, verified)
-            self._made[phase] = (inputs, expected)
-        return expected
+    def _expected(self, got: np.ndarray) -> tuple:
+        """(expected receive allocation, shaped as ``got``; which of its elements are
+        defined; outputs verified) for the inputs ``fill`` made last."""
+        want = np.empty_like(got)
+        defined = np.zeros(got.size, bool)
+        verified = 0
+        for k, kind in enumerate(self.kinds):
+            out = reference(kind, self.inputs(k), "sum", self.roots[k], self.comm.rank)
+            if out is None:
+                continue        # reduce: only the root's output is defined
+            o = self.recv_at[k]
+            want[o:o + out.size] = out
+            defined[o:o + out.size] = True
+            verified += 1
+        return want, defined, verified

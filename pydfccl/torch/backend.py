@@ -221,7 +221,8 @@ class ProcessGroupDfccl(CollectivesMixin, dist.ProcessGroup):
         the GPU and run there; the Work completes once the results are copied back (by a
         thread of its own: the call returns at once, as with CUDA tensors). Its result is
         the first argument's tensors, as torch's backends give (not the options: DDP's
-        reducer takes a result apart by pickling it)."""
+        reducer takes a result apart by pickling it). A failed run leaves NaN in the float
+        outputs, as a failed run does in any host-memory recv buffer (``host.poison``)."""
         device, pairs = self._comm_device(), []
 
         def stage(t):
@@ -240,6 +241,7 @@ class ProcessGroupDfccl(CollectivesMixin, dist.ProcessGroup):
                     if cpu.data_ptr() != gpu.data_ptr():
                         cpu.copy_(gpu)
             except BaseException as exc:     # the run's error is the Work's
+                _poison(outputs)
                 done.set_exception(exc)
             else:
                 done.set_result(outputs)
@@ -258,6 +260,15 @@ class ProcessGroupDfccl(CollectivesMixin, dist.ProcessGroup):
 
     def __repr__(self):
         return f"ProcessGroupDfccl(rank={self._rank}, size={self._size})"
+
+
+def _poison(tensors) -> None:
+    """NaN in the float CPU tensors of a failed staged run: the GPU copy never came back,
+    and the input they still hold must not pass for a result."""
+    with torch.no_grad():
+        for t in tensors:
+            if t.is_floating_point() or t.is_complex():
+                t.fill_(float("nan"))
 
 
 def _routed(name: str, impl: str):

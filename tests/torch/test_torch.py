@@ -158,6 +158,33 @@ def test_cpu_tensors_staged_through_the_gpu_come_back_as_the_outputs_alone():
     assert torch._jit_internal._extract_tensors(value) == [t]
 
 
+def test_cpu_tensors_of_a_failed_staged_run_hold_nan():
+    """A staged run that fails never copies back: the CPU tensors it was to fill still
+    hold their input, which must not pass for a result. The float outputs are filled with
+    NaN before ``wait()`` raises; an integer input tensor is left alone."""
+    from pydfccl.torch.backend import ProcessGroupDfccl
+
+    run = Future()
+
+    class Staging:
+        _rank = 0
+
+        def _comm_device(self):
+            return torch.device("cpu")
+
+        def _allgather(self, outputs, inputs, opts=None):
+            return pt.Work(run, outputs, what="all_gather")
+
+    outs = [[torch.ones(2, 3).t(), torch.ones(3, 2, dtype=torch.int64)]]   # .t(): a copy
+    ins = [torch.full((3, 2), 5.0)]
+    work = ProcessGroupDfccl._staged(Staging(), "_allgather", (outs, ins), {})
+    run.set_exception(pydfccl_errors.AbortedError("rank failure: rank 1: gone"))
+    with pytest.raises(pt.DfcclError, match="all_gather failed: AbortedError: rank failure: rank 1"):
+        work.wait()
+    assert torch.isnan(outs[0][0]).all()
+    assert outs[0][1].tolist() == [[1, 1]] * 3 and ins[0].eq(5.0).all()
+
+
 def test_work_and_future(group, device):
     t = torch.ones(3)
     work = pt.all_reduce(t, group=group, async_op=True)

@@ -1,6 +1,7 @@
-"""Faults in a job launched by ``pydfccl.launch`` (rank processes on the simulator), each
-with the outcome a user must see and a bound on the time it takes: the rank at fault named,
-the others ended, nothing left running or in /dev/shm, never a hang."""
+"""Faults in a job launched by ``pydfccl.launch`` (rank processes: on the simulator in CI,
+on the GPU in the GPU batch), each with the outcome a user must see and a bound on the time
+it takes: the rank at fault named, the others ended, nothing left running or in /dev/shm,
+never a hang."""
 
 import os
 import re
@@ -197,6 +198,7 @@ def after_a_failure(comm, who):
         seen["first"] = "completed?!"
     except pydfccl.PydfcclError as exc:
         seen["first"] = str(exc)
+    seen["host_memory"] = not hasattr(x, "__cuda_array_interface__")   # the simulator's
     seen["recv_all_nan"] = bool(np.isnan(x).all())
     seen["recv_is_input"] = bool((np.asarray(x) == comm.rank + 1).all())
     y = comm.empty(4096, "float32")
@@ -215,9 +217,14 @@ def test_nothing_can_take_a_failed_runs_buffer_for_its_result():
     for rank in (0, 2):
         seen = per_rank[rank]
         assert "rank 1 closed its communicator" in seen["first"], seen
-        # a run that failed in flight leaves NaN (not its own input, not a partial sum); on
-        # a loaded machine rank 1 may close first, and run() itself raises, moving nothing
-        assert seen["recv_all_nan"] if seen["at"] == "result" else seen["recv_is_input"], seen
+        # a run that failed in flight leaves NaN in host memory (not its own input, not a
+        # partial sum); device memory is undefined (docs/troubleshooting.md): only the
+        # errors speak for it. On a loaded machine rank 1 may close first, and run() itself
+        # raises, moving nothing.
+        if seen["at"] == "submit":
+            assert seen["recv_is_input"], seen
+        elif seen["host_memory"]:
+            assert seen["recv_all_nan"], seen
         assert seen["run"] == seen["barrier"] == seen["first"], seen
 
 

@@ -18,6 +18,12 @@ import os as _os
 # every kernel loaded when the context is made, no launch waits for a collective. It must be
 # set before anything in the process initializes CUDA (Numba, torch, CuPy).
 _os.environ.setdefault("CUDA_MODULE_LOADING", "EAGER")
+# Streams beyond the hardware work queues of a process (CUDA's default 8) share queues, and
+# work queued behind a kernel that spins for a peer waits with it: ranks that are threads of
+# one process, under MPS, deadlocked so (a kernel launched per collective, as NCCL does, on
+# four rank threads). 32, the most CUDA allows, keeps every rank's stream in a queue of its
+# own; set before CUDA starts, like the line above.
+_os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "32")
 
 from .bootstrap.mpi import use_simulator_without_gpu as _use_simulator_without_gpu
 

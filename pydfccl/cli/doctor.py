@@ -98,7 +98,17 @@ def _launchers() -> list[tuple]:
             (OK if loading == "EAGER" else NOTE, "kernel loading",
              f"CUDA_MODULE_LOADING={loading}" + ("" if loading == "EAGER" else
              ": import pydfccl before anything starts CUDA, and it sets EAGER (a lazy "
-             "load may wait for a spinning daemon or a peer's kernel)"))]
+             "load may wait for a spinning daemon or a peer's kernel)")),
+            _work_queues()]
+
+
+def _work_queues() -> tuple:
+    queues = os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS", "8 (CUDA's default)")
+    enough = queues.isdigit() and int(queues) >= 32
+    return (OK if enough else NOTE, "work queues", f"CUDA_DEVICE_MAX_CONNECTIONS={queues}"
+            + ("" if enough else ": ranks that are threads of this process may share a queue "
+               "and wait behind a peer's kernel; import pydfccl before anything starts CUDA, "
+               "and it sets 32"))
 
 
 def kernel_cache_dir() -> str:

@@ -1,6 +1,7 @@
 """The command line: dispatch, help, and a tiny benchmark run on the simulator."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -133,6 +134,11 @@ def test_doctor_reports_each_fact(capsys, monkeypatch):
     out = capsys.readouterr().out
     assert "versions" in out and "numba-cuda" in out
     assert "Numba CUDA simulator" in out and "kernel cache" in out
+    assert re.search(r"ok +work queues +CUDA_DEVICE_MAX_CONNECTIONS=32\n", out)
+    monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1")     # as Megatron-LM sets it
+    assert cli.main(["doctor"]) == 0
+    assert re.search(r"note +work queues +CUDA_DEVICE_MAX_CONNECTIONS=1: ranks that are "
+                     r"threads", capsys.readouterr().out)
     # the known incompatibility is a problem, and makes the exit status 1
     real = doctor._version
     monkeypatch.setattr(doctor, "_version", lambda name: {"numpy": "2.5.2", "numba-cuda":

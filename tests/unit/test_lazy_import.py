@@ -40,13 +40,16 @@ def test_an_unknown_name_is_an_attribute_error():
         pydfccl.no_such_name
 
 
-@pytest.mark.parametrize("given", [None, "LAZY"])
-def test_import_pydfccl_asks_for_eager_kernel_loading_unless_the_user_chose(given):
-    env = {k: v for k, v in os.environ.items() if k != "CUDA_MODULE_LOADING"}
+@pytest.mark.parametrize("name, ours, theirs", [("CUDA_MODULE_LOADING", "EAGER", "LAZY"),
+                                                 ("CUDA_DEVICE_MAX_CONNECTIONS", "32", "1")])
+@pytest.mark.parametrize("chose", [False, True])
+def test_import_pydfccl_sets_cudas_variables_unless_the_user_chose(name, ours, theirs, chose):
+    given = theirs if chose else None
+    env = {k: v for k, v in os.environ.items() if k != name}
     if given:
-        env["CUDA_MODULE_LOADING"] = given
+        env[name] = given
     proc = subprocess.run([sys.executable, "-c", "import os, pydfccl; "
-                           "print(os.environ['CUDA_MODULE_LOADING'])"],
+                           f"print(os.environ['{name}'])"],
                           env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.split() == [given or "EAGER"]
+    assert proc.stdout.split() == [given or ours]

@@ -3,6 +3,7 @@ on the GPU in the GPU batch), each with the outcome a user must see and a bound 
 it takes: the rank at fault named, the others ended, nothing left running or in /dev/shm,
 never a hang."""
 
+import math
 import os
 import re
 import signal
@@ -91,27 +92,14 @@ def test_a_faulty_rank_is_named_and_the_job_ends(monkeypatch, tmp_path, fault, m
 
 
 def _hold_the_gil(seconds: float) -> float:
-    """Hold the GIL in one C call for at least ``seconds``: a regex that backtracks
-    catastrophically (each extra character doubles its time), sized on this machine (with
-    room for its load to change; a call that still fell short is made one longer)."""
-    import math
-    import re
+    """Hold the GIL in one C call for ``seconds``, as a big pickle or a checkpoint's write
+    does: libc's ``sleep`` called through ``ctypes.PyDLL``, which keeps the GIL during the
+    call (``ctypes.CDLL`` would release it)."""
+    import ctypes
 
-    pattern = re.compile(r"(a+)+$")
-    n, took = 16, 0.0
-    while took < 0.2:
-        n += 1
-        t0 = time.monotonic()
-        pattern.match("a" * n + "b")
-        took = time.monotonic() - t0
-    n += math.ceil(math.log2(1.5 * seconds / took))
-    while True:
-        t0 = time.monotonic()
-        pattern.match("a" * n + "b")
-        held = time.monotonic() - t0
-        if held >= seconds:
-            return held
-        n += 1
+    t0 = time.monotonic()
+    ctypes.PyDLL(None).sleep(math.ceil(seconds))
+    return time.monotonic() - t0
 
 
 def slow_peer_worker(comm, fault, who, stamp):

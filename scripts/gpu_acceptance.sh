@@ -14,7 +14,7 @@
 #   latency8   the same on 8 ranks
 #   many4      64 concurrent 4 KiB all-reduces on 4 ranks, against a kernel launch each
 #   bandwidth  128 MiB and 256 MiB all-reduces on 4 ranks against a device-to-device copy,
-#              the median of 5 cycles, beside the nccl policy (no preemption)
+#              the median of 7 cycles, beside the nccl policy (no preemption)
 #   chaos      the chaos demo with 4 rank processes, 8 collectives x 500 iterations, a device
 #              sync after every submission
 #   chaos8     the chaos demo on 8 ranks, 200 iterations, under dfccl and under the nccl
@@ -106,7 +106,7 @@ for s in ${*:-startup tests latency2 latency8 many4 bandwidth chaos chaos8 sync8
     latency8) stage latency8 120 $PY -m pydfccl bench latency -n 8 --iters 1000 ;;
     many4) stage many4 120 $PY -m pydfccl bench latency -n 4 -k 64 -c 1024 --iters 200 -w 20 ;;
     bandwidth) stage bandwidth 200 $PY -m pydfccl bench --nranks 4 -b 134217728 \
-                 -e 268435456 -f 2 -n 10 -w 2 -N 5 --baseline nccl ;;
+                 -e 268435456 -f 2 -n 10 -w 2 -N 7 --baseline nccl ;;
     train) train_runs train2 --nranks 2
            train_runs train3 --nranks 3 --tp 1 --batch 6
            train_runs train4 --nranks 4 ;;

@@ -15,6 +15,7 @@ from pydfccl import platform
 from pydfccl.errors import PydfcclError
 from pydfccl.host.launcher import Launcher, LauncherError, LaunchState
 from pydfccl.sched.policies import get_policy
+from waiting import wait_until
 
 
 
@@ -41,13 +42,6 @@ class Rank:
         return Launcher(0, self.lock, lambda: self.undone, lambda: self.activity,
                         lambda: self.wanted, stream, (self.kernel, ()), True,
                         self.errors.append)
-
-
-def wait_until(condition, seconds=60.0):
-    deadline = time.monotonic() + seconds
-    while not condition() and time.monotonic() < deadline:
-        time.sleep(0.005)
-    return condition()
 
 
 def stop(rank, launcher):

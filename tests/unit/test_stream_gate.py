@@ -11,6 +11,7 @@ import pytest
 from pydfccl import platform
 from pydfccl.host.stream_gate import StreamGate
 from pydfccl.platform.streams import StreamWriteOps
+from waiting import wait_until
 
 
 class FakeStreamOps:
@@ -39,13 +40,6 @@ class FakeStreamOps:
             else:
                 kept.append((s, addr, value))
         self.pending = kept
-
-
-def wait_until(condition, seconds=5.0):
-    deadline = time.monotonic() + seconds
-    while not condition() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return condition()
 
 
 def submit_into(log, name):

@@ -70,15 +70,22 @@ class LateRegistrations:
         first runs of each one confirmed. True if a run was submitted."""
         submitted = False
         registered = self.world.ctl["registered"]
+        heartbeat = self.world.ctl["heartbeat"]
         for index, since in list(self._submissions.held.items()):
+            # who had closed, read before what was published: a rank publishes before it
+            # closes, so one read closed here and unpublished below never published
+            gone = set(np.flatnonzero(heartbeat == -1).tolist())
             try:
                 missing = late_verdict(registered, index, self.rank)
             except ValueError as exc:
                 self._state.fail_everywhere(exc)
                 return False
             if missing:
-                heartbeat = self.world.ctl["heartbeat"]
-                closed = [r for r in missing if int(heartbeat[r]) == -1]
+                closed = [r for r in missing if r in gone]
+                if closed and self.world.get_report():
+                    # they closed because another rank aborted the job: that is the cause
+                    self._state.fail(self._state.abort_error())
+                    return False
                 if closed or time.monotonic() - since > self.timeout:
                     self._state.fail_everywhere(self._unmatched(index, missing, closed))
                     return False

@@ -25,6 +25,13 @@
 #   replay     a three-rank schedule with device syncs replayed (scripts/schedules/), under
 #              dfccl and under the nccl policy (exit status 3)
 #   ddp        examples/ddp_bench.py: DDP steps a second on gloo and dfccl, 2 rank processes
+#   hook       examples/ddp_timing.py: DDP with pydfccl's all-reduce hook against all-reduces
+#              by hand, 2 rank processes
+#   disorder   the demo on 4 ranks, every iteration started on all ranks at once, in 100%
+#              disorder and then in order
+#   inorder    in-order all-reduces from 8 B to 256 MiB on 4 ranks, dfccl beside the nccl
+#              policy, 7 cycles
+#   soak       random schedules with device syncs for 150 s, every output checked
 #   train      examples/train_gpt.py with 2, 3 and 4 rank processes, RUNS runs of STEPS steps
 #              each (default 10 x 200); the first run starts from an empty kernel cache
 #              unless WARM is set (train2, train3, train4: one size alone)
@@ -96,7 +103,8 @@ train_runs() {  # train_runs NAME ARGS...: RUNS runs of the example; one line of
 }
 
 SCHEDULE=scripts/schedules/three_ranks_disordered_with_syncs.json
-for s in ${*:-startup tests latency2 latency8 many4 bandwidth chaos chaos8 sync8 replay ddp train}; do
+for s in ${*:-startup tests latency2 latency8 many4 bandwidth inorder disorder chaos chaos8 chaos8p \
+    sync8 replay soak ddp hook train}; do
   case $s in
     tests) stage tests 450 env PYDFCCL_DEADLOCK_STACKS=1 $PY -m pytest -q -rfE --tb=short \
              -p no:cacheprovider -o faulthandler_timeout=120 --durations=10 \
@@ -125,6 +133,12 @@ for s in ${*:-startup tests latency2 latency8 many4 bandwidth chaos chaos8 sync8
                $PY -m pydfccl build-kernels
              stage startup 300 $PY -m pydfccl bench startup --warm 3 \
                --prebuilt /tmp/pydfccl_prebuilt ;;
+    hook) stage hook 200 $PY examples/ddp_timing.py --nranks 2 --steps 30 ;;
+    disorder) stage disorder 120 $PY -m pydfccl demo -n 4 -k 8 -i 50 --align
+              stage in_order 120 $PY -m pydfccl demo -n 4 -k 8 -i 50 --align --in-order ;;
+    inorder) stage inorder 200 $PY -m pydfccl bench --nranks 4 -b 8 -e 268435456 -f 16 \
+               -n 200 -N 7 -w 2 --baseline nccl ;;
+    soak) stage soak 240 $PY -m pydfccl soak --seconds 150 ;;
     ddp) stage ddp 300 $PY examples/ddp_bench.py --nranks 2 --backends gloo,dfccl --device cuda ;;
     replay) stage replay 90 $PY -m pydfccl demo --schedule $SCHEDULE
             stage replay_nccl 60 $PY -m pydfccl demo --schedule $SCHEDULE --policy nccl --watchdog 5 ;;

@@ -29,7 +29,8 @@ from .bootstrap.mpi import use_simulator_without_gpu as _use_simulator_without_g
 
 _use_simulator_without_gpu()   # under mpiexec without a GPU; must come before Numba loads
 
-from .errors import AbortedError, DeadlockError, PydfcclError, RankFailedError  # noqa: E402
+from .errors import (AbortedError, DeadlockError, PydfcclError, RankFailedError,  # noqa: E402
+                     SpansHostsError)
 from .log import configure_from_env as _configure_logging  # noqa: E402
 from .sched.policies import Policy, get_policy, policy_names, register  # noqa: E402
 
@@ -37,7 +38,7 @@ __all__ = [
     "Communicator", "Array", "launch", "BACKENDS", "WorldConfig", "init_all", "start_all",
     "close_all",
     "Policy", "register", "get_policy", "policy_names",
-    "PydfcclError", "DeadlockError", "AbortedError", "RankFailedError",
+    "PydfcclError", "DeadlockError", "AbortedError", "RankFailedError", "SpansHostsError",
 ]
 __version__ = "0.1.0"
 

@@ -1,6 +1,6 @@
 """Exceptions raised by pydfccl; all derive from ``PydfcclError``."""
 
-__all__ = ["PydfcclError", "DeadlockError", "AbortedError", "RankFailedError"]
+__all__ = ["PydfcclError", "DeadlockError", "AbortedError", "RankFailedError", "SpansHostsError"]
 
 
 class PydfcclError(RuntimeError):
@@ -28,3 +28,8 @@ class RankFailedError(PydfcclError):
     def __init__(self, rank: int, message: str):
         super().__init__(f"rank {rank}: {message}")
         self.rank = rank
+
+
+class SpansHostsError(PydfcclError):
+    """The ranks of a communicator run on more than one host; the message names each host's
+    ranks. A world's ranks share memory, which does not reach another host."""

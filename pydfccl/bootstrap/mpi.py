@@ -131,14 +131,17 @@ def choose_gpu(group, local: int | None = None) -> int:
 def communicator_from_group(group, *, policy="dfccl", watchdog_timeout=None,
                             persistent: bool = True, daemons_per_rank: int = 1,
                             timeout: float | None = None, **sizes):
-    """This process's Communicator in a world of ``group.size`` ranks. Unless ``sizes``
-    gives ``nblocks``, a GPU daemon takes its share of the GPU's resident blocks among the
-    ranks on the busiest GPU of the job, each with ``daemons_per_rank`` communicators'
-    daemons (torch's process groups: several per rank)."""
+    """This process's Communicator in a world of ``group.size`` ranks, all on one host
+    (``topology.check_one_host``). Unless ``sizes`` gives ``nblocks``, a GPU daemon takes
+    its share of the GPU's resident blocks among the ranks on the busiest GPU of the job,
+    each with ``daemons_per_rank`` communicators' daemons (torch's process groups: several
+    per rank)."""
     from .. import platform
     from ..host.communicator import Communicator
     from ..host.world import MAX_THREADS, WorldConfig, gpu_nblocks
+    from .topology import check_one_host, rank_hosts
 
+    check_one_host(rank_hosts(group))   # before anything is shared: the same on every rank
     if not platform.backend.kernels_on_host:     # kernels on a GPU: each rank picks one
         on_gpu = choose_gpu(group)
         if sizes.get("nblocks") is None:

@@ -44,6 +44,28 @@ def test_a_rank_that_never_joins_is_named():
     assert "rank 1 did not arrive within 3 s" in out + err
 
 
+def test_ranks_on_two_hosts_are_refused_on_every_rank():
+    """One rank a host (emulated): ``from_env()`` raises the refusal naming both hosts on
+    each rank, instead of opening segments the other host could not reach."""
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    program = ("import pydfccl\n"
+               "try:\n"
+               "    pydfccl.Communicator.from_env()\n"
+               "except pydfccl.SpansHostsError as exc:\n"
+               "    print(exc)\n")
+    procs = [subprocess.Popen([sys.executable, "-c", program], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True,
+                              env=dict(env, RANK=str(r), WORLD_SIZE="2", MASTER_PORT=str(port),
+                                       MASTER_ADDR="127.0.0.1", PYDFCCL_RANKS_PER_NODE="1"))
+             for r in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    for out, _ in outs:
+        assert out.startswith("this job's 2 ranks run on 2 hosts (hosts emulated by "
+                              "PYDFCCL_RANKS_PER_NODE=1): rank 0 on node0; rank 1 on node1")
+
+
 KILLED = """
 import os, signal, time
 import numpy as np

@@ -10,20 +10,10 @@ version, a policy or an error class does not pay seconds for them.
 """
 
 import importlib as _importlib
-import os as _os
 
-# CUDA loads a kernel's code at its first launch (lazy loading, its default since CUDA 12.2),
-# and such a load may wait for the whole device, a spinning daemon or a peer's kernel
-# included, while they wait for a collective that the loading rank has yet to issue. With
-# every kernel loaded when the context is made, no launch waits for a collective. It must be
-# set before anything in the process initializes CUDA (Numba, torch, CuPy).
-_os.environ.setdefault("CUDA_MODULE_LOADING", "EAGER")
-# Streams beyond the hardware work queues of a process (CUDA's default 8) share queues, and
-# work queued behind a kernel that spins for a peer waits with it: ranks that are threads of
-# one process, under MPS, deadlocked so (a kernel launched per collective, as NCCL does, on
-# four rank threads). 32, the most CUDA allows, keeps every rank's stream in a queue of its
-# own; set before CUDA starts, like the line above.
-_os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "32")
+from .cuda_env import set_before_cuda as _set_before_cuda
+
+_set_before_cuda()   # CUDA reads them once, when it starts: before anything can start it
 
 from .bootstrap.mpi import use_simulator_without_gpu as _use_simulator_without_gpu
 

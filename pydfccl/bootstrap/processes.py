@@ -32,6 +32,7 @@ from multiprocessing import shared_memory
 import numpy as np
 
 from .. import platform
+from ..cuda_env import chose_work_queues, one_rank_per_process
 from ..errors import PydfcclError
 from ..host.communicator import Communicator
 from ..host.world import World, WorldConfig, new_segment
@@ -82,7 +83,9 @@ class _PipeGroup:
         return payload
 
 
-def _rank_process(rank, config, shm_names, options, worker, pipe, args, parent):
+def _rank_process(rank, config, shm_names, options, worker, pipe, args, parent,
+                  parent_chose_queues):
+    one_rank_per_process(parent_chose_queues)     # before this process starts CUDA
     _die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # Ctrl-C is the launcher's to handle
     from .mpi import choose_gpu
@@ -133,7 +136,7 @@ def launch_processes(worker, nranks, options, timeout, args, config):
             parent_end, child_end = ctx.Pipe()
             p = ctx.Process(target=_rank_process, name=f"pydfccl-rank{rank}",
                             args=(rank, config, [s.name for s in segments], options, worker,
-                                  child_end, args, os.getpid()))
+                                  child_end, args, os.getpid(), chose_work_queues()))
             p.start()
             child_end.close()
             supervisor.add(p, parent_end)

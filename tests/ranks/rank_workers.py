@@ -513,3 +513,8 @@ def undrained_completions(comm, seconds: float):
         del cq.drain
     total = platform.to_numpy(future.result(timeout=60)).tolist()
     return dict(stamped=stamped, waited=waited, total=total)
+
+
+def work_queues(comm):
+    """The CUDA work-queue count this rank process starts CUDA with (None: CUDA's)."""
+    return os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS")

@@ -5,6 +5,7 @@ same tests run with ranks as threads on one GPU (the default backend there).
 """
 
 import multiprocessing
+import os
 import time
 
 import numpy as np
@@ -195,6 +196,17 @@ def test_killed_rank_fails_the_others_and_leaves_nothing_behind():
         pydfccl.launch(rank_workers.dies_mid_collective, 3, backend="processes", timeout=120)
     assert time.monotonic() - started < 60
     assert multiprocessing.active_children() == []
+
+
+def test_rank_processes_keep_cudas_work_queues():
+    """pydfccl's 32 queues are for rank threads: eight rank processes with 32 each
+    exhausted MPS's connections on one GPU."""
+    from pydfccl.cuda_env import chose_work_queues
+
+    assert chose_work_queues() or "CUDA_DEVICE_MAX_CONNECTIONS" in os.environ
+    expected = None if chose_work_queues() else os.environ["CUDA_DEVICE_MAX_CONNECTIONS"]
+    assert pydfccl.launch(rank_workers.work_queues, 2, backend="processes",
+                          timeout=120) == [expected, expected]
 
 
 def test_callbacks_run_and_stats_count():

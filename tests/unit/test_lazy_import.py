@@ -53,3 +53,28 @@ def test_import_pydfccl_sets_cudas_variables_unless_the_user_chose(name, ours, t
                           env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split() == [given or ours]
+
+
+@pytest.mark.parametrize("job", [dict(WORLD_SIZE="2", RANK="1"), dict(PMI_SIZE="4"),
+                                 dict(OMPI_COMM_WORLD_SIZE="8")])
+def test_a_process_that_is_one_rank_of_a_job_keeps_cudas_work_queues(job):
+    """mpiexec's and torchrun's ranks: 32 queues a process exhausted MPS's connections with
+    eight of them on one GPU."""
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_DEVICE_MAX_CONNECTIONS"}
+    env.update(job)
+    proc = subprocess.run([sys.executable, "-c", "import os, pydfccl; "
+                           "print(os.environ.get('CUDA_DEVICE_MAX_CONNECTIONS', 'unset'))"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["unset"]
+
+
+def test_launchs_rank_processes_keep_cudas_work_queues_unless_the_user_chose():
+    from pydfccl.cuda_env import one_rank_per_process
+
+    environ = {"CUDA_DEVICE_MAX_CONNECTIONS": "32"}     # inherited from pydfccl's parent
+    one_rank_per_process(True, environ)
+    assert environ == {}
+    environ = {"CUDA_DEVICE_MAX_CONNECTIONS": "16"}     # the user's, inherited
+    one_rank_per_process(False, environ)
+    assert environ == {"CUDA_DEVICE_MAX_CONNECTIONS": "16"}

@@ -1,0 +1,57 @@
+"""CUDA's environment variables that pydfccl sets before CUDA starts in a process.
+
+CUDA reads them once, when it starts, so ``import pydfccl`` sets them (each only where the
+user has not) before anything in the process can start it; this module imports nothing
+heavy for that reason.
+
+- ``CUDA_MODULE_LOADING=EAGER``: CUDA loads a kernel's code at its first launch by default
+  (since CUDA 12.2), and such a load may wait for the whole device, a spinning daemon or a
+  peer's kernel included, while they wait for a collective that the loading rank has yet
+  to issue. With every kernel loaded when the context is made, no launch waits for one.
+- ``CUDA_DEVICE_MAX_CONNECTIONS=32`` in a process that may drive several ranks (threads of
+  one process): streams beyond the hardware work queues (CUDA's default 8) share queues,
+  and work queued behind a kernel that spins for a peer waits with it; four rank threads
+  under MPS deadlocked so (a kernel launched per collective, as NCCL does). A process that
+  is one rank of a job (``mpiexec``, torchrun's variables, ``launch``'s rank processes)
+  keeps CUDA's default: eight such processes under MPS with 32 queues each exhausted MPS's
+  connections (``CUDA_ERROR_MPS_MAX_CONNECTIONS_REACHED`` on an H100).
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["WORK_QUEUES", "set_before_cuda", "chose_work_queues", "one_rank_per_process"]
+
+WORK_QUEUES = "CUDA_DEVICE_MAX_CONNECTIONS"
+_RANK_THREADS_QUEUES = "32"        # the most CUDA allows
+_chose_work_queues = False
+
+
+def _one_rank_of_a_job(environ) -> bool:
+    """Started by ``mpiexec`` or with torchrun's variables as one of several ranks."""
+    sizes = [environ.get(v, "1") for v in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE",
+                                            "WORLD_SIZE")]
+    return any(size.isdigit() and int(size) > 1 for size in sizes)
+
+
+def set_before_cuda(environ=os.environ) -> None:
+    """Set the variables above that the user has not (``import pydfccl`` calls it)."""
+    global _chose_work_queues
+    environ.setdefault("CUDA_MODULE_LOADING", "EAGER")
+    if WORK_QUEUES not in environ and not _one_rank_of_a_job(environ):
+        environ[WORK_QUEUES] = _RANK_THREADS_QUEUES
+        _chose_work_queues = True
+
+
+def chose_work_queues() -> bool:
+    """Whether this process's work-queue count is pydfccl's choice, not the user's."""
+    return _chose_work_queues
+
+
+def one_rank_per_process(parent_chose: bool, environ=os.environ) -> None:
+    """In a rank process that ``launch`` started, before CUDA starts: the count its parent
+    chose for rank threads (inherited with the environment) goes back to CUDA's default;
+    one the user set stays."""
+    if parent_chose:
+        environ.pop(WORK_QUEUES, None)

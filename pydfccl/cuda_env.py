@@ -1,8 +1,7 @@
 """CUDA's environment variables that pydfccl sets before CUDA starts in a process.
 
 CUDA reads them once, when it starts, so ``import pydfccl`` sets them (each only where the
-user has not) before anything in the process can start it; this module imports nothing
-heavy for that reason.
+user has not) before anything in the process can start it.
 
 - ``CUDA_MODULE_LOADING=EAGER``: CUDA loads a kernel's code at its first launch by default
   (since CUDA 12.2), and such a load may wait for the whole device, a spinning daemon or a
@@ -28,19 +27,15 @@ _RANK_THREADS_QUEUES = "32"        # the most CUDA allows
 _chose_work_queues = False
 
 
-def _one_rank_of_a_job(environ) -> bool:
-    """Started by ``mpiexec`` or with torchrun's variables as one of several ranks."""
-    sizes = [environ.get(v, "1") for v in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE",
-                                            "WORLD_SIZE")]
-    return any(size.isdigit() and int(size) > 1 for size in sizes)
-
-
-def set_before_cuda(environ=os.environ) -> None:
+def set_before_cuda() -> None:
     """Set the variables above that the user has not (``import pydfccl`` calls it)."""
+    from .bootstrap.mpi import in_mpi_job
+    from .bootstrap.store import in_env_job
+
     global _chose_work_queues
-    environ.setdefault("CUDA_MODULE_LOADING", "EAGER")
-    if WORK_QUEUES not in environ and not _one_rank_of_a_job(environ):
-        environ[WORK_QUEUES] = _RANK_THREADS_QUEUES
+    os.environ.setdefault("CUDA_MODULE_LOADING", "EAGER")
+    if WORK_QUEUES not in os.environ and not (in_mpi_job() or in_env_job()):
+        os.environ[WORK_QUEUES] = _RANK_THREADS_QUEUES
         _chose_work_queues = True
 
 

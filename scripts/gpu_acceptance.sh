@@ -35,8 +35,10 @@
 #   train      examples/train_gpt.py with 2, 3 and 4 rank processes, RUNS runs of STEPS steps
 #              each (default 10 x 200); the first run starts from an empty kernel cache
 #              unless WARM is set (train2, train3, train4: one size alone)
-# Under $OUT (default ./out): summary.txt and logs.tgz (one log per stage or run). Rank
-# processes share the GPU through the MPS daemon, started here and stopped at the end.
+# TREE names the tree in the summary (default: git's HEAD, which is wrong where the files
+# were copied without their git metadata). Under $OUT (default ./out): summary.txt and
+# logs.tgz (one log per stage or run). Rank processes share the GPU through the MPS daemon,
+# started here and stopped at the end.
 set -u
 OUT=${OUT:-out}
 LOGS=${LOGS:-/tmp/pydfccl_acceptance_logs}
@@ -51,7 +53,8 @@ export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD" PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1   # for mpiexec run as root
 SUMMARY="$OUT/summary.txt"
-{ git rev-parse --short HEAD 2>/dev/null; nvidia-smi --query-gpu=name,driver_version \
+{ echo "tree ${TREE:-$(git rev-parse --short HEAD 2>/dev/null)}"
+  nvidia-smi --query-gpu=name,driver_version \
   --format=csv,noheader; python3 -m pydfccl doctor; } 2>&1 | tee "$SUMMARY"
 PY=python3
 

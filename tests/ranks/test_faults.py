@@ -267,13 +267,18 @@ def _start_launcher(tmp_path):
     script.write_text(LAUNCHER)
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
-    pids = []
+    # The ranks share the launcher's stdout; under PYTHONUNBUFFERED a print writes its text
+    # and its newline apart, so two ranks' lines can interleave: find each "rank R pid P".
+    seen, pids = "", {}
     deadline = time.monotonic() + 120
     while len(pids) < 2 and time.monotonic() < deadline:
         line = proc.stdout.readline()
-        if line.startswith("rank "):
-            pids.append(int(line.split()[-1]))
-    assert len(pids) == 2, proc.stderr.read()[-3000:]
+        if not line:
+            break
+        seen += line
+        pids = dict(re.findall(r"rank (\d+) pid (\d+)", seen))
+    assert len(pids) == 2, (seen, proc.stderr.read()[-3000:])
+    pids = [int(pid) for pid in pids.values()]
     # The launcher unlinks the segments once it has heard from every rank (segments are
     # left only by a kill before that); the job is up when they are gone.
     deadline = time.monotonic() + 60

@@ -74,9 +74,6 @@ class Catalog:
         coll_id = require_int("coll_id", coll_id, minimum=0)
         if coll_id in self.specs:
             raise ValueError(f"collective {coll_id} is already prepared")
-        if len(self.specs) >= self.config.max_colls:
-            raise ValueError(f"at most {self.config.max_colls} collectives per "
-                             "communicator (WorldConfig.max_colls)")
         kind_code(kind)
         op_code(op)
         dt = normalize_dtype(dtype)

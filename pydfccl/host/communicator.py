@@ -50,7 +50,9 @@ from .launcher import Launcher
 from .polled import PolledRank
 from .poller import poller
 from .rankstate import Phase, RankState
-from .registration import LatePlacer, check_signatures, placement
+from .registration import LatePlacer, check_signatures, members, placement
+from .shared_slots import SharedSlots
+from .slots import SlotLeader
 from .status import rank_stats, world_status
 from .stream_gate import process_gate
 from .submission import Submissions
@@ -108,6 +110,7 @@ class Communicator:
         self._launcher: Launcher | None = None      # from start() on
         self._tracer: TraceReader | None = None
         self._polled: PolledRank | None = None
+        self._shared: SharedSlots | None = None   # more collectives than slots (slots.py)
         self._gate = None           # the process's stream gate, from the first stream= on
 
     @classmethod
@@ -150,6 +153,12 @@ class Communicator:
         started = self._state.started
         if not started:
             self._state.require(Phase.PREPARING, "prepare")
+        elif self._shared is not None:
+            raise PydfcclError(
+                f"collective {coll_id}: prepare() after start() needs slots of its own, and "
+                f"the {len(self._specs)} collectives prepared before start() share the "
+                f"WorldConfig.max_colls = {self.world.config.max_colls} slots: prepare "
+                "every collective before start(), or make max_colls larger")
         spec = self._catalog.new_spec(coll_id, kind, count, dtype, op, root, priority, peer)
         if started:
             self._late.add(spec)
@@ -162,11 +171,11 @@ class Communicator:
         check_signatures(per_rank)
         cfg = self.world.config
         index, conn, used = placement(per_rank, self.nranks)
-        if used > cfg.max_colls:
-            raise ValueError(f"the collectives need {used} connector sets (an all_to_all needs "
-                             f"nranks - 1), more than WorldConfig.max_colls = {cfg.max_colls}")
         pool = self.world.pools[self.rank]
-        pool.write(L.P_COLLS, self._catalog.place_all(index, conn))
+        if used > cfg.max_colls:      # more than the slots: they share them
+            self._share_slots(per_rank)
+        else:
+            pool.write(L.P_COLLS, self._catalog.place_all(index, conn))
         pool.write(L.P_PARAMS, backend.policy_params(self.policy))
         self._late.begin(LatePlacer(self.nranks, cfg.max_colls, len(index), used))
         self._tracer = TraceReader(pool, self.rank, cfg.nblocks, self._catalog.by_index)
@@ -189,14 +198,32 @@ class Communicator:
         if not self.persistent:
             self._cq.on_idle = launcher.all_done
             self._cq.on_resubmitted = self._late.on_submitted = self._launch_once
+        if self._shared is not None and not self.persistent:
+            self._shared.on_submitted = self._launch_once
         self._polled = PolledRank(self.rank, self._row, self._state, self._cq,
                                   self._submissions, self._late, self._watchdog, launcher,
-                                  self._tracer, self.persistent)
+                                  self._tracer, self.persistent, self._shared)
         liveness.register(self._row)        # peers now see this process end at once
         poller.add(self._polled)
         self._polled.beat(time.monotonic_ns(), force=True)   # peers now watch the heartbeat
         if self.persistent:
             launcher.start()
+
+    def _share_slots(self, per_rank: list) -> None:
+        """More collectives than slots: bound to slots as their runs come (slots.py)."""
+        cfg = self.world.config
+        need = members(per_rank, self.nranks)
+        widest = max(width for width, _ in need.values())
+        if widest > cfg.max_colls:
+            raise ValueError(f"an all_to_all needs {widest} connector sets (nranks - 1), "
+                             f"more than WorldConfig.max_colls = {cfg.max_colls}")
+        leader = (SlotLeader(self.world.ctl, self.nranks, cfg.max_colls, need)
+                  if self.rank == 0 else None)
+        self._shared = SharedSlots(self.world, self.rank, self._lock, self._catalog,
+                                   self._submissions, need, leader)
+        self._cq.on_done_slot = self._shared.completed
+        logger.info("rank %d: %d collectives share %d slots", self.rank, len(need),
+                    cfg.max_colls)
 
     # -- running ---------------------------------------------------------------------------
 
@@ -253,17 +280,18 @@ class Communicator:
         buffers = (send, recv)
         future = CollectiveFuture(self._cq, running=True, buffers=buffers,
                                   coll_id=spec.coll_id)
-        index = self._index[spec.coll_id]
+        index = self._index.get(spec.coll_id)     # None: it shares slots (slots.py)
         gate = self._gate
         if handle is not None and gate is None:
             gate = self._gate = process_gate()      # None: the simulator's streams are done
-        if gate is not None and (handle is not None or gate.waiting((self, index))):
+        key = (self, index if index is not None else -1 - spec.coll_id)
+        if gate is not None and (handle is not None or gate.waiting(key)):
             # behind the stream's work, and behind earlier runs of this collective waiting
             # for theirs: the k-th run of a collective meets the k-th on every rank
             state.raise_if_failed()
             gate.gate(handle, lambda: self._submit(spec, index, future, send_addr, recv_addr,
                                                    prio, buffers),
-                      future.set_exception, key=(self, index))
+                      future.set_exception, key=key)
             return future
         self._submit(spec, index, future, send_addr, recv_addr, prio, buffers)
         return future
@@ -279,6 +307,10 @@ class Communicator:
                 raise state.error
             if not spec.count:         # nothing to move: done, as NCCL does
                 future.set_result(buffers[1])
+                return
+            if index is None:          # waits for a grant of a slot (slots.py)
+                self._shared.add(spec.coll_id, (future, send_addr, recv_addr, prio, buffers))
+                poller.wake()
                 return
             self._submissions.add(index, future, send_addr, recv_addr, prio, buffers)
             self._launcher.notify()

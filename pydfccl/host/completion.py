@@ -56,6 +56,7 @@ class CompletionQueue:
         self.helped_at = 0.0       # when the last of them stopped (perf_counter)
         self.on_idle = None
         self.on_resubmitted = None
+        self.on_done_slot = None   # shared slots: a run in this slot completed
 
     @property
     def outstanding(self) -> int:
@@ -105,6 +106,8 @@ class CompletionQueue:
                 done.append((index, *self._inflight[index].popleft()))
                 self.completed += 1
                 self._completed_word[0] = self.completed
+                if self.on_done_slot is not None:
+                    self.on_done_slot(index)
                 resubmitted = self._submit_waiting(index) > 0
                 if self.on_idle is not None and not self.outstanding:
                     self.on_idle()     # no kernel of this rank waits for a peer

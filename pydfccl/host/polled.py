@@ -25,7 +25,7 @@ class PolledRank:
     HEARTBEAT_NS = 10_000_000    # how often the heartbeat is refreshed
 
     def __init__(self, rank: int, row, state, cq, submissions, late, watchdog, launcher,
-                 tracer, persistent: bool):
+                 tracer, persistent: bool, shared=None):
         self.rank = rank
         self._heartbeat = row["heartbeat"]
         self._abort = row["abort"]
@@ -35,6 +35,7 @@ class PolledRank:
         self._late, self._watchdog, self._launcher = late, watchdog, launcher
         self._tracer = tracer
         self._persistent = persistent
+        self._shared = shared      # shared_slots.SharedSlots: more collectives than slots
         self._beat_at = 0
 
     # -- what the poller reads --------------------------------------------------------------
@@ -61,7 +62,8 @@ class PolledRank:
     def needs_polling(self) -> bool:
         state = self._state
         return state.started and state.error is None and (
-            self._cq.outstanding > 0 or bool(self._host_blocked[0]) or bool(self._held))
+            self._cq.outstanding > 0 or bool(self._host_blocked[0]) or bool(self._held)
+            or (self._shared is not None and self._shared.needs_polling()))
 
     # -- what the poller does -----------------------------------------------------------------
 
@@ -80,6 +82,8 @@ class PolledRank:
         state, cq = self._state, self._cq
         try:
             if self._held and self._late.confirm():
+                return True
+            if self._shared is not None and self._shared.poll():
                 return True
             if not cq.helpers and cq.drain():
                 return True

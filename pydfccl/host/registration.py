@@ -15,7 +15,7 @@ import collections
 from ..protocol.codes import DTYPES, KINDS, OPS, POINT_TO_POINT
 from ..protocol.collectives import collective
 
-__all__ = ["check_signatures", "placement", "LatePlacer", "late_verdict"]
+__all__ = ["check_signatures", "placement", "members", "LatePlacer", "late_verdict"]
 
 
 def _differing(coll_id, field, values: dict) -> ValueError:
@@ -75,6 +75,21 @@ def placement(per_rank: list, nranks: int) -> tuple[dict, dict, int]:
         conn[cid] = used
         used += collective(kinds[cid]).connector_sets(nranks)
     return index, conn, used
+
+
+def members(per_rank: list, nranks: int) -> dict:
+    """{coll_id: (slots it needs, ranks that run it)} of every rank's registrations, the
+    same on every rank: for collectives that share slots (``host/slots.py``)."""
+    out = {}
+    everyone = tuple(range(nranks))
+    for r, sigs in enumerate(per_rank):
+        for cid, sig in sigs.items():
+            if cid in out:
+                continue
+            kind = sig["kind"]
+            ranks = tuple(sorted((r, sig["root"]))) if kind in POINT_TO_POINT else everyone
+            out[cid] = (collective(kind).connector_sets(nranks), ranks)
+    return out
 
 
 class LatePlacer:

@@ -32,6 +32,8 @@ class Submissions:
         self.inflight = collections.defaultdict(collections.deque)
         self.pending = collections.defaultdict(collections.deque)
         self.held: dict[int, float] = {}
+        self.waiting: dict[int, collections.deque] = {}   # by coll_id: runs that wait for
+        #                                                  a shared slot (shared_slots.py)
         self.wake = None
 
     def add(self, index: int, future, send_addr: int, recv_addr: int, prio: int,
@@ -90,13 +92,15 @@ class Submissions:
         take what a failed run left there for its result."""
         with self._lock:
             runs = [run for queue in self.inflight.values() for run in queue]
-            runs += [(item[0], item[-1]) for queue in self.pending.values() for item in queue]
+            runs += [(item[0], item[-1]) for queues in (self.pending, self.waiting)
+                     for queue in queues.values() for item in queue]
             futures = [future for future, _ in runs]
             for future, (_, recv) in runs:
                 if not future.done():
                     poison(recv)
             self.inflight.clear()
             self.pending.clear()
+            self.waiting.clear()
             if self.wake is not None:
                 self.wake()
         for future in futures:

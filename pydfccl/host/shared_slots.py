@@ -1,0 +1,163 @@
+"""A rank's side of shared slots (``host/slots.py`` has the leader and the why).
+
+A run of a collective without a slot of its own waits on the host, and the rank asks the
+leader for it (its request ring in the control row). The poller follows the leader's
+bindings: a slot bound anew (a new epoch) is quiet on every rank, so this rank resets its
+part of it (the saved contexts and completion counters of every block, the connector
+counters in its pool), writes the collective's table entry, and says so (``slot_reset``);
+once every rank of the binding has, it submits the granted runs into the slot, the oldest
+first, so the k-th run on every rank meets the k-th on every other. Each completion in a
+slot is counted (``slot_done``): the leader binds the slot anew only when every rank has
+completed every run granted in it.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+
+from ..protocol import layout as L
+from .slots import COMPANION, UNBOUND
+
+__all__ = ["SharedSlots"]
+
+
+class SharedSlots:
+    """Rank ``rank``'s runs of the collectives ``members`` ({coll_id: (slots, ranks)}),
+    shared among the world's ``nslots`` slots. Its runs waiting for a grant are
+    ``submissions.waiting`` (which ``fail_all`` fails); ``on_submitted`` is called after
+    granted runs went to the SQ. Rank 0 also polls the ``leader``."""
+
+    def __init__(self, world, rank: int, lock, catalog, submissions, members: dict,
+                 leader=None):
+        self.world, self.rank = world, rank
+        cfg = world.config
+        self.nslots = cfg.max_colls
+        self._lock = lock
+        self._catalog = catalog
+        self._submissions = submissions
+        self.members = members
+        self.leader = leader
+        ctl = world.ctl
+        self._ctl = ctl
+        self._row = ctl[rank: rank + 1]
+        self._leader = ctl[0:1]
+        self._pool = world.pools[rank]
+        self._nblocks, self._conn_stride = cfg.nblocks, cfg.conn_stride
+        self.waiting = submissions.waiting       # coll_id -> runs waiting for a grant
+        self._backlog: collections.deque = collections.deque()   # requests not yet written
+        self._asked = 0
+        self.epoch = np.zeros(self.nslots, np.int64)     # the binding this rank follows
+        self.coll = [UNBOUND] * self.nslots
+        self.submitted = [0] * self.nslots               # runs submitted in this epoch
+        self.on_submitted = None
+
+    # -- the communicator's side (the lock held) --------------------------------------------
+
+    def add(self, coll_id: int, run: tuple) -> None:
+        """A run of ``coll_id``: it waits for a grant; ask the leader for it."""
+        self.waiting.setdefault(coll_id, collections.deque()).append(run)
+        if self._backlog or not self._request(coll_id):
+            self._backlog.append(coll_id)
+
+    def _request(self, coll_id: int) -> bool:
+        row = self._row
+        k = self._asked
+        if k - int(row["req_seen"][0]) >= L.REQUEST_CAP:
+            return False
+        row["req"][0, k % L.REQUEST_CAP] = coll_id
+        self._asked = k + 1
+        row["req_head"][0] = k + 1          # last: the leader reads the entry after it
+        return True
+
+    def completed(self, slot: int) -> None:
+        """A run in ``slot`` completed (the CQ's drain, the lock held)."""
+        self._row["slot_done"][0, slot] += 1
+
+    # -- the poller's side ------------------------------------------------------------------
+
+    def needs_polling(self) -> bool:
+        return (bool(self._backlog) or any(self.waiting.values())
+                or (self.leader is not None and self.leader.busy()))
+
+    def poll(self) -> bool:
+        """Follow the leader's bindings; True if runs went to the SQ."""
+        with self._lock:
+            while self._backlog and self._request(self._backlog[0]):
+                self._backlog.popleft()
+        if self.leader is not None:
+            self.leader.poll()
+        lead = self._leader
+        n = self.nslots
+        e1 = lead["bind_epoch"][0, :n].copy()
+        colls = lead["bind_coll"][0, :n].copy()
+        granted = lead["bind_granted"][0, :n].copy()
+        e2 = lead["bind_epoch"][0, :n].copy()
+        steady = (e1 == e2) & (e1 % 2 == 0)
+        for slot in np.flatnonzero(steady & (e1 != self.epoch)).tolist():
+            self._rebind(slot, int(e1[slot]), int(colls[slot]))
+        submitted = False
+        for slot in range(self.nslots):
+            coll_id = self.coll[slot]
+            if coll_id < 0 or not steady[slot] or granted[slot] <= self.submitted[slot]:
+                continue
+            if self._all_reset(slot, e1):
+                submitted = self._submit(slot, coll_id, int(granted[slot])) or submitted
+        if submitted and self.on_submitted is not None:
+            self.on_submitted()
+        return submitted
+
+    def _rebind(self, slot: int, epoch: int, coll_id: int) -> None:
+        """The leader bound ``slot`` anew; every rank has completed its runs there."""
+        self._reset(slot)
+        mine = coll_id >= 0 and self.rank in self.members[coll_id][1]
+        if mine:
+            spec = self._catalog.specs[coll_id]
+            entry = np.array([self._catalog.table_entry(spec, slot)], L.COLL_ENTRY)
+            self._pool.write(L.P_COLLS + slot * L.COLL_SIZE, entry)
+        with self._lock:
+            if coll_id >= 0:
+                self._catalog.by_index[slot] = coll_id     # reports name it
+            self.coll[slot] = coll_id if mine else (COMPANION if coll_id == COMPANION
+                                                    else UNBOUND)
+            self.epoch[slot] = epoch
+            self.submitted[slot] = 0
+        self._row["slot_reset"][0, slot] = epoch      # after the writes: peers may send now
+
+    def _reset(self, slot: int) -> None:
+        """This rank's part of ``slot`` back to its state at start: every block's saved
+        context and run counters, the completion counters, and the connector counters
+        (tail and head words, every lane) of its connector set in this pool."""
+        pool, nblocks = self._pool, self._nblocks
+        task = np.zeros(1, L.TASK)
+        for b in range(nblocks):
+            pool.write(L.P_TASKS + (b * L.MAX_COLLS + slot) * L.TASK_SIZE, task)
+        pool.write(L.P_DONE + slot * L.RUNS_IN_FLIGHT * 8, np.zeros(L.RUNS_IN_FLIGHT, np.int64))
+        header = np.zeros(L.CONN_HEADER_BYTES, np.uint8)
+        for b in range(nblocks):
+            pool.write(L.HEADER_BYTES + (slot * nblocks + b) * self._conn_stride, header)
+
+    def _all_reset(self, first: int, published: np.ndarray) -> bool:
+        """Every rank of the binding at ``first`` has reset each of its slots for it (the
+        epochs the leader ``published``, which this rank follows)."""
+        coll_id = self.coll[first]
+        width, ranks = self.members[coll_id]
+        resets = self._ctl["slot_reset"]
+        for slot in range(first, first + width):
+            epoch = self.epoch[slot]
+            if published[slot] != epoch or any(int(resets[r, slot]) < epoch for r in ranks):
+                return False
+        return True
+
+    def _submit(self, slot: int, coll_id: int, granted: int) -> bool:
+        with self._lock:
+            waiting = self.waiting.get(coll_id)
+            count = 0
+            while self.submitted[slot] < granted and waiting:
+                self._submissions.add(slot, *waiting.popleft())
+                self.submitted[slot] += 1
+                count += 1
+            if count and self._submissions.wake is not None:
+                self._submissions.wake()
+        return count > 0

@@ -50,7 +50,7 @@ class SharedSlots:
         self._asked = 0
         self.epoch = np.zeros(self.nslots, np.int64)     # the binding this rank follows
         self.coll = [UNBOUND] * self.nslots
-        self.submitted = [0] * self.nslots               # runs submitted in this epoch
+        self._next = 0                                   # the next grant to submit
         self.on_submitted = None
 
     # -- the communicator's side (the lock held) --------------------------------------------
@@ -79,31 +79,43 @@ class SharedSlots:
 
     def needs_polling(self) -> bool:
         return (bool(self._backlog) or any(self.waiting.values())
+                or int(self._leader["grant_head"][0]) != self._next   # the leader's ring
                 or (self.leader is not None and self.leader.busy()))
 
     def poll(self) -> bool:
-        """Follow the leader's bindings; True if runs went to the SQ."""
+        """Follow the leader's bindings and submit its grants, in the order made; True if
+        runs went to the SQ."""
         with self._lock:
             while self._backlog and self._request(self._backlog[0]):
                 self._backlog.popleft()
         if self.leader is not None:
             self.leader.poll()
         lead = self._leader
+        head = int(lead["grant_head"][0])     # before the bindings: those of its grants
+        if self._next == head:
+            return False
         n = self.nslots
         e1 = lead["bind_epoch"][0, :n].copy()
         colls = lead["bind_coll"][0, :n].copy()
-        granted = lead["bind_granted"][0, :n].copy()
         e2 = lead["bind_epoch"][0, :n].copy()
         steady = (e1 == e2) & (e1 % 2 == 0)
         for slot in np.flatnonzero(steady & (e1 != self.epoch)).tolist():
             self._rebind(slot, int(e1[slot]), int(colls[slot]))
         submitted = False
-        for slot in range(self.nslots):
-            coll_id = self.coll[slot]
-            if coll_id < 0 or not steady[slot] or granted[slot] <= self.submitted[slot]:
-                continue
-            if self._all_reset(slot, e1):
-                submitted = self._submit(slot, coll_id, int(granted[slot])) or submitted
+        while self._next < head:
+            k = self._next % L.GRANT_CAP
+            slot = int(lead["grant_slot"][0, k])
+            epoch = int(lead["grant_epoch"][0, k])
+            if epoch > self.epoch[slot]:
+                break                     # its binding is being written: the next poll
+            coll_id = self.coll[slot] if epoch == self.epoch[slot] else UNBOUND
+            if coll_id >= 0:              # (a slot bound anew since: not this rank's grant)
+                if not self._all_reset(slot, e1):
+                    break                 # the grants keep their order on every rank
+                submitted = self._submit(slot, coll_id, int(lead["grant_runs"][0, k])) \
+                    or submitted
+            self._next += 1
+        self._row["grant_seen"][0] = self._next
         if submitted and self.on_submitted is not None:
             self.on_submitted()
         return submitted
@@ -122,7 +134,6 @@ class SharedSlots:
             self.coll[slot] = coll_id if mine else (COMPANION if coll_id == COMPANION
                                                     else UNBOUND)
             self.epoch[slot] = epoch
-            self.submitted[slot] = 0
         self._row["slot_reset"][0, slot] = epoch      # after the writes: peers may send now
 
     def _reset(self, slot: int) -> None:
@@ -150,13 +161,13 @@ class SharedSlots:
                 return False
         return True
 
-    def _submit(self, slot: int, coll_id: int, granted: int) -> bool:
+    def _submit(self, slot: int, coll_id: int, runs: int) -> bool:
+        """The oldest ``runs`` runs of ``coll_id`` into ``slot``."""
         with self._lock:
             waiting = self.waiting.get(coll_id)
             count = 0
-            while self.submitted[slot] < granted and waiting:
+            while count < runs and waiting:
                 self._submissions.add(slot, *waiting.popleft())
-                self.submitted[slot] += 1
                 count += 1
             if count and self._submissions.wake is not None:
                 self._submissions.wake()

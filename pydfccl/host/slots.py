@@ -139,7 +139,6 @@ class SlotLeader:
             self.owner[s] = first                          # that sees it sees the others
             row["bind_epoch"][0, s] += 1
             row["bind_coll"][0, s] = coll_id if s == first else COMPANION
-            row["bind_granted"][0, s] = 0
             row["bind_epoch"][0, s] += 1
         self.slot_coll[first] = coll_id
         self.bound[coll_id] = first
@@ -147,11 +146,14 @@ class SlotLeader:
     def _grant(self) -> bool:
         """Grant the ready collectives in order, each the runs every rank of it asked for:
         in its slot if it is bound, else in a slot bound for it; stop at the first that
-        finds none (the slots free up as the runs in flight complete)."""
+        finds none (the slots free up as the runs in flight complete). Every rank submits
+        the grants in this order, so their runs enter every rank's SQ in one order."""
         done = self.ctl["slot_done"][:, : self.nslots].copy()
         row = self._row
         granted = False
-        while self.ready:
+        head = int(row["grant_head"][0])
+        room = L.GRANT_CAP - (head - int(self.ctl["grant_seen"].min()))
+        while self.ready and room > 0:
             coll_id = self.ready[0]
             width, ranks = self.members[coll_id]
             first = self.bound.get(coll_id)
@@ -165,7 +167,13 @@ class SlotLeader:
             for r in ranks:
                 want[r] -= runs
                 self.granted[r, first] += runs
-            row["bind_granted"][0, first] += runs
+            k = head % L.GRANT_CAP
+            row["grant_slot"][0, k] = first
+            row["grant_epoch"][0, k] = row["bind_epoch"][0, first]
+            row["grant_runs"][0, k] = runs
+            head += 1
+            room -= 1
+            row["grant_head"][0] = head       # last: the ranks read the entry after it
             self._clock += 1
             self.used_at[first] = self._clock
             self.ready.popleft()

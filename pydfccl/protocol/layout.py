@@ -23,7 +23,7 @@ import numpy as np
 
 __all__ = [
     "MAX_COLLS", "MAX_BLOCKS", "RUNS_IN_FLIGHT", "SQ_CAP", "CQ_CAP", "NO_LIMIT", "TRACE_CAP",
-    "REQUEST_CAP",
+    "REQUEST_CAP", "GRANT_CAP",
     "TRACE_KINDS", "BLOCK_STATUS", "SQ_ENTRY", "CQ_ENTRY", "REGISTRATION", "CTL_ROW",
     "COLL_ENTRY", "TASK", "SQ_COPY", "QUEUED_RUN", "BLOCK_COUNTS", "TRACE_EVENT",
     "POOL_HEADER",
@@ -41,6 +41,7 @@ CQ_CAP = SQ_CAP                       # and neither does the CQ
 NO_LIMIT = 1 << 62   # the daemon's ``limit`` argument when it may take every SQ entry
 REQUEST_CAP = 1024   # a rank's runs of shared-slot collectives asked for and not yet read
 #                      by the slot leader (host/slots.py); more wait on the rank's host
+GRANT_CAP = 1024     # grants the slot leader made that a rank has not yet read, at most
 
 I8 = "<i8"
 
@@ -115,16 +116,21 @@ CTL_ROW = np.dtype([
     # Shared slots (host/slots.py, host/shared_slots.py), hosts only. This rank's requests:
     ("req_head", I8),      # runs asked for, ever (written by this rank's host)
     ("req_seen", I8),      # of those, read by the slot leader (written by the leader)
-    ("pad_req", I8, 6),
+    ("grant_seen", I8),    # the leader's grants this rank has read
+    ("grant_head", I8),    # the leader's grants, ever (read in rank 0's row only)
+    ("pad_req", I8, 4),
     ("req", I8, REQUEST_CAP),        # the coll_id of request k at k % REQUEST_CAP
     ("slot_done", I8, MAX_COLLS),    # runs this rank completed in each slot, ever
     ("slot_reset", I8, MAX_COLLS),   # the binding epoch this rank reset each slot for
     # The leader's bindings (read in rank 0's row only): per slot an epoch, odd while the
-    # leader rewrites the binding, the coll_id bound (-1: none, -2: a companion slot of an
-    # all_to_all), and the runs granted in this epoch.
+    # leader rewrites the binding, and the coll_id bound (-1: none, -2: a companion slot of
+    # an all_to_all); and its grants in the order made: grant k at k % GRANT_CAP, runs in
+    # the slot's binding of that epoch.
     ("bind_epoch", I8, MAX_COLLS),
     ("bind_coll", I8, MAX_COLLS),
-    ("bind_granted", I8, MAX_COLLS),
+    ("grant_slot", I8, GRANT_CAP),
+    ("grant_epoch", I8, GRANT_CAP),
+    ("grant_runs", I8, GRANT_CAP),
 ])
 
 COLL_ENTRY = np.dtype([

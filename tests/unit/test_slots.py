@@ -23,7 +23,12 @@ def _ask(ctl, rank, *coll_ids):
 
 
 def _binding(ctl, slot):
-    return int(ctl["bind_coll"][0, slot]), int(ctl["bind_granted"][0, slot])
+    """(coll_id, runs granted in its epoch) at ``slot``."""
+    epoch = ctl["bind_epoch"][0, slot]
+    head = int(ctl["grant_head"][0])
+    runs = sum(int(ctl["grant_runs"][0, k]) for k in range(head)
+               if ctl["grant_slot"][0, k] == slot and ctl["grant_epoch"][0, k] == epoch)
+    return int(ctl["bind_coll"][0, slot]), runs
 
 
 def _complete(ctl, slot, runs, ranks=EVERYONE):

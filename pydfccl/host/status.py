@@ -24,6 +24,8 @@ def rank_stats(world, rank: int, submissions, cq, launcher, policy_name: str) ->
         steps=int(blocks["progress"].sum()),
         dropped_buffers=cq.dropped_buffers,
         policy=policy_name,
+        device_bytes=world.config.pool_bytes,     # this rank's pool
+        pinned_bytes=world.config.ctl_bytes,      # the world's control rows
     )
 
 

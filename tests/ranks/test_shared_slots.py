@@ -1,0 +1,66 @@
+"""More collectives than the daemon's slots (``WorldConfig.max_colls``): they share the
+slots (host/slots.py), on rank processes, written with the public API only."""
+
+import pytest
+
+import pydfccl
+
+import many_workers
+
+
+def _checked(per_rank):
+    for out in per_rank:
+        assert out["bad"] == []
+    return sum(out["checked"] for out in per_rank)
+
+
+def test_seventeen_collectives_run_on_the_simulator_defaults():
+    """The simulator's default max_colls is 16."""
+    per_rank = pydfccl.launch(many_workers.run_many, 2, args=(17, 17, 2), timeout=300)
+    assert _checked(per_rank) >= 2 * 17
+
+
+def test_every_kind_in_a_different_order_on_every_rank_through_few_slots():
+    """Collectives of every kind (an all_to_all takes two slots on 3 ranks, a transfer two
+    ranks only), several runs each, in an order of each rank's own, through 4 slots."""
+    per_rank = pydfccl.launch(many_workers.run_many, 3, args=(42, 42, 3, 1), max_colls=4,
+                              timeout=600)
+    assert _checked(per_rank) > 3 * 100
+
+
+def test_ten_thousand_registered_collectives():
+    per_rank = pydfccl.launch(many_workers.run_many, 2, args=(10_000, 24, 2, 2),
+                              timeout=600)
+    assert _checked(per_rank) >= 2 * 24 * 2
+
+
+def test_memory_does_not_grow_with_registrations():
+    few, many = (pydfccl.launch(many_workers.run_many, 2, args=(n, 0, 0, 0, True),
+                                timeout=300) for n in (8, 5_000))
+    for a, b in zip(few, many):
+        assert a["stats"]["device_bytes"] == b["stats"]["device_bytes"] > 0
+        assert a["stats"]["pinned_bytes"] == b["stats"]["pinned_bytes"] > 0
+
+
+def test_crossed_runs_complete_under_dfccl():
+    assert pydfccl.launch(many_workers.crossed, 2, args=(20,), timeout=300) == [[3.0, 3.0]] * 2
+
+
+def test_shared_runs_enter_every_sq_in_one_order_even_under_nccl():
+    """Ranks submit two collectives in opposite orders: with slots of their own this
+    deadlocks under nccl (tests/ranks/test_faults.py, the watchdog's report); runs that
+    share slots enter every rank's SQ in the order of the leader's grants, so nccl's
+    daemons, which run their SQ in order, agree."""
+    assert pydfccl.launch(many_workers.crossed, 2, args=(20,), policy="nccl",
+                          watchdog_timeout=5.0, timeout=120) == [[3.0, 3.0]] * 2
+
+
+def test_a_failed_rank_fails_the_runs_waiting_for_a_grant(capfd):
+    with pytest.raises(pydfccl.RankFailedError, match="rank 1: RuntimeError: rank 1 gives up"):
+        pydfccl.launch(many_workers.one_rank_fails, 2, args=(20,), timeout=120)
+
+
+def test_a_late_peer_is_waited_for_not_reported_as_a_deadlock():
+    out = pydfccl.launch(many_workers.waits_for_a_peer, 2, args=(20, 5.0),
+                         watchdog_timeout=2.0, timeout=300)
+    assert out == [3.0, 3.0]

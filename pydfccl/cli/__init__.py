@@ -21,7 +21,8 @@ SUBCOMMANDS = {
     "demo": ("pydfccl.cli.demo", "the chaos test: disordered collectives, every result verified"),
     "bench": ("pydfccl.cli.sweep", "nccl-tests-style size sweep against baselines; "
                                    "'bench latency' for small-message latency, "
-                                   "'bench startup' for a fresh process's start-up"),
+                                   "'bench startup' for a fresh process's start-up, "
+                                   "'bench registration' for prepare + start of many"),
     "teach": ("pydfccl.cli.teach", "a deadlock a student can watch: NCCL-style, then dfccl, "
                                    "narrated, with pictures"),
     "risk": ("pydfccl.sched.risk", "the paper's deadlock-risk study (no GPU needed)"),

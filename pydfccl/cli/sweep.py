@@ -156,6 +156,9 @@ def main(argv: list[str]) -> int:
     if argv and argv[0] == "latency":          # the small-message latency benchmark
         from .bench import main as latency_main
         return latency_main(argv[1:])
+    if argv and argv[0] == "registration":     # prepare + start of many collectives
+        from .registration_bench import main as registration_main
+        return registration_main(argv[1:])
     if argv and argv[0] == "startup":          # fresh processes to the first result
         from .startup import main as startup_main
         return startup_main(argv[1:])

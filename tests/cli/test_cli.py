@@ -598,3 +598,14 @@ def test_a_backend_the_environment_names_wrongly_is_one_line(argv, monkeypatch, 
     err = capsys.readouterr().err
     assert err == (f"python -m pydfccl {argv[0]}: error: PYDFCCL_BACKEND='carrier-pigeon'; "
                    "choose from ('threads', 'processes')\n"), err
+
+
+def test_bench_registration_prints_both_rows(capsys):
+    """``bench registration``: prepare + start of many collectives sharing the slots, with
+    the collectives that fit the slots as the baseline, the same memory in both rows."""
+    assert cli.main(["bench", "registration", "-k", "300", "--runs", "3"]) == 0
+    out = capsys.readouterr().out
+    own = re.search(r"^slots of their own\s+(\d+)\s.*\s([\d.]+)\s+([\d.]+)$", out, re.M)
+    shared = re.search(r"^shared slots\s+300\s.*\s([\d.]+)\s+([\d.]+)$", out, re.M)
+    assert own and shared, out
+    assert own.groups()[1:] == shared.groups()

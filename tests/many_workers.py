@@ -148,3 +148,39 @@ def waits_for_a_peer(comm, ncolls: int, late: float):
     if comm.rank == 1:
         time.sleep(late)
     return float(np.asarray(comm.run(5, x).result(timeout=120))[0])
+
+
+def late_shared(comm, case: str = "ok"):
+    """20 all-reduces before start() through the slots they share, then more collectives
+    prepared after start() (all-reduces, broadcasts, a transfer from rank 0 to rank 1),
+    run in an order of each rank's own; ``case="count"``: rank 0 prepares collective 25
+    with another count. Returns the late collectives' results."""
+    n, me = comm.nranks, comm.rank
+    for cid in range(20):
+        comm.prepare(cid, "all_reduce", 4, "int64")
+    comm.start()
+    late = list(range(20, 30))
+    counts = {cid: 5 if case == "count" and cid == 25 and me == 0 else 4 for cid in late}
+    for cid in late:
+        comm.prepare(cid, "broadcast" if cid % 3 == 0 else "all_reduce", counts[cid],
+                     "int64", root=cid % n)
+    if me == 0:
+        comm.prepare(99, "send", 3, "int64", peer=1)
+    elif me == 1:
+        comm.prepare(99, "recv", 3, "int64", peer=0)
+    futures = {}
+    order = late if me % 2 == 0 else late[::-1]
+    for cid in order:
+        x = comm.empty(counts[cid], "int64")
+        x[...] = cid * 10 + me
+        futures[cid] = comm.run(cid, x)
+    if me in (0, 1):
+        y = comm.empty(3, "int64")
+        y[...] = 7
+        futures[99] = comm.run(99, y)
+    out = {cid: np.asarray(f.result(timeout=120)).tolist() for cid, f in futures.items()}
+    # an early one after the late ones, through the slots too
+    x = comm.empty(4, "int64")
+    x[...] = 1
+    out[0] = np.asarray(comm.run(0, x).result(timeout=120)).tolist()
+    return out

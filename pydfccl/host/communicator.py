@@ -153,14 +153,11 @@ class Communicator:
         started = self._state.started
         if not started:
             self._state.require(Phase.PREPARING, "prepare")
-        elif self._shared is not None:
-            raise PydfcclError(
-                f"collective {coll_id}: prepare() after start() needs slots of its own, and "
-                f"the {len(self._specs)} collectives prepared before start() share the "
-                f"WorldConfig.max_colls = {self.world.config.max_colls} slots: prepare "
-                "every collective before start(), or make max_colls larger")
         spec = self._catalog.new_spec(coll_id, kind, count, dtype, op, root, priority, peer)
-        if started:
+        if started and self._shared is not None:    # it shares the slots too (slots.py)
+            self._shared.prepare_late(spec, self._catalog.signature(spec))
+            poller.wake()
+        elif started:
             self._late.add(spec)
         self._specs[spec.coll_id] = spec
 
@@ -217,8 +214,8 @@ class Communicator:
         if widest > cfg.max_colls:
             raise ValueError(f"an all_to_all needs {widest} connector sets (nranks - 1), "
                              f"more than WorldConfig.max_colls = {cfg.max_colls}")
-        leader = (SlotLeader(self.world.ctl, self.nranks, cfg.max_colls, need)
-                  if self.rank == 0 else None)
+        leader = (SlotLeader(self.world.ctl, self.nranks, cfg.max_colls, need,
+                             fail=self._state.fail_everywhere) if self.rank == 0 else None)
         self._shared = SharedSlots(self.world, self.rank, self._lock, self._catalog,
                                    self._submissions, need, leader)
         self._cq.on_done_slot = self._shared.completed

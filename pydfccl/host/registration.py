@@ -15,7 +15,8 @@ import collections
 from ..protocol.codes import DTYPES, KINDS, OPS, POINT_TO_POINT
 from ..protocol.collectives import collective
 
-__all__ = ["check_signatures", "placement", "members", "LatePlacer", "late_verdict"]
+__all__ = ["check_signatures", "placement", "members", "member", "LatePlacer", "late_verdict",
+           "published_signature", "check_published"]
 
 
 def _differing(coll_id, field, values: dict) -> ValueError:
@@ -77,18 +78,23 @@ def placement(per_rank: list, nranks: int) -> tuple[dict, dict, int]:
     return index, conn, used
 
 
+def member(kind: str, root: int, rank: int, nranks: int) -> tuple:
+    """(slots, ranks that run it) of a collective ``rank`` registered (``root``: a
+    transfer's peer)."""
+    ranks = (tuple(sorted((rank, root))) if kind in POINT_TO_POINT
+             else tuple(range(nranks)))
+    return collective(kind).connector_sets(nranks), ranks
+
+
 def members(per_rank: list, nranks: int) -> dict:
     """{coll_id: (slots it needs, ranks that run it)} of every rank's registrations, the
     same on every rank: for collectives that share slots (``host/slots.py``)."""
     out = {}
-    everyone = tuple(range(nranks))
     for r, sigs in enumerate(per_rank):
         for cid, sig in sigs.items():
             if cid in out:
                 continue
-            kind = sig["kind"]
-            ranks = tuple(sorted((r, sig["root"]))) if kind in POINT_TO_POINT else everyone
-            out[cid] = (collective(kind).connector_sets(nranks), ranks)
+            out[cid] = member(sig["kind"], sig["root"], r, nranks)
     return out
 
 
@@ -194,3 +200,25 @@ def late_verdict(registered, index: int, rank: int) -> list:
                 f"rank {peer} prepared a {_readable(other, 'kind')} with peer "
                 f"{int(other['root'])}")
     return missing
+
+
+def published_signature(entry) -> dict:
+    """A ``layout.REGISTRATION`` record as the signature ``start()`` compares."""
+    return {field: _readable(entry, field)
+            for field in ("kind", "count", "dtype", "op", "root", "one_shot")}
+
+
+def check_published(coll_id: int, sigs: dict) -> None:
+    """Raise ValueError naming the field and ranks where the signatures ``sigs`` ({rank:
+    signature}) of a collective prepared after ``start()`` differ: the same rules as
+    ``check_signatures``, for the ranks that published so far."""
+    kinds = {sig["kind"] for sig in sigs.values()}
+    if kinds & set(POINT_TO_POINT):
+        if len(sigs) > 1:
+            _check_pair(coll_id, sigs)
+        return
+    first = next(iter(sigs.values()))
+    for field in first:
+        values = {r: sig[field] for r, sig in sorted(sigs.items())}
+        if len(set(values.values())) > 1:
+            raise _differing(coll_id, field, values)

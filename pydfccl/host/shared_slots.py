@@ -18,6 +18,8 @@ import collections
 import numpy as np
 
 from ..protocol import layout as L
+from ..protocol.codes import dtype_code, kind_code, op_code
+from .registration import member
 from .slots import COMPANION, UNBOUND
 
 __all__ = ["SharedSlots"]
@@ -47,7 +49,9 @@ class SharedSlots:
         self._nblocks, self._conn_stride = cfg.nblocks, cfg.conn_stride
         self.waiting = submissions.waiting       # coll_id -> runs waiting for a grant
         self._backlog: collections.deque = collections.deque()   # requests not yet written
+        self._late_backlog: collections.deque = collections.deque()  # registrations too
         self._asked = 0
+        self._published = 0
         self.epoch = np.zeros(self.nslots, np.int64)     # the binding this rank follows
         self.coll = [UNBOUND] * self.nslots
         self._next = 0                                   # the next grant to submit
@@ -58,8 +62,33 @@ class SharedSlots:
     def add(self, coll_id: int, run: tuple) -> None:
         """A run of ``coll_id``: it waits for a grant; ask the leader for it."""
         self.waiting.setdefault(coll_id, collections.deque()).append(run)
-        if self._backlog or not self._request(coll_id):
+        if self._backlog or self._late_backlog or not self._request(coll_id):
             self._backlog.append(coll_id)
+
+    def prepare_late(self, spec, signature: dict) -> None:
+        """``spec`` was prepared after ``start()``: publish its ``signature`` for the
+        leader, which grants its runs once every rank of it published the same one."""
+        width, ranks = member(spec.kind, spec.root, self.rank, self.world.nranks)
+        if width > self.nslots:
+            raise ValueError(f"collective {spec.coll_id}: an all_to_all needs {width} "
+                             f"connector sets (nranks - 1), more than WorldConfig.max_colls "
+                             f"= {self.nslots}")
+        record = (0, spec.coll_id, kind_code(spec.kind), dtype_code(spec.dtype),
+                  op_code(spec.op), spec.count, spec.root, int(signature["one_shot"]))
+        with self._lock:
+            self.members[spec.coll_id] = (width, ranks)
+            if self._late_backlog or not self._publish(record):
+                self._late_backlog.append(record)
+
+    def _publish(self, record: tuple) -> bool:
+        row = self._row
+        k = self._published
+        if k - int(row["late_seen"][0]) >= L.LATE_CAP:
+            return False
+        row["late"][0, k % L.LATE_CAP] = record
+        self._published = k + 1
+        row["late_head"][0] = k + 1         # last: the leader reads the entry after it
+        return True
 
     def _request(self, coll_id: int) -> bool:
         row = self._row
@@ -78,7 +107,7 @@ class SharedSlots:
     # -- the poller's side ------------------------------------------------------------------
 
     def needs_polling(self) -> bool:
-        return (bool(self._backlog) or any(self.waiting.values())
+        return (bool(self._backlog) or bool(self._late_backlog) or any(self.waiting.values())
                 or int(self._leader["grant_head"][0]) != self._next   # the leader's ring
                 or (self.leader is not None and self.leader.busy()))
 
@@ -86,7 +115,9 @@ class SharedSlots:
         """Follow the leader's bindings and submit its grants, in the order made; True if
         runs went to the SQ."""
         with self._lock:
-            while self._backlog and self._request(self._backlog[0]):
+            while self._late_backlog and self._publish(self._late_backlog[0]):
+                self._late_backlog.popleft()
+            while not self._late_backlog and self._backlog and self._request(self._backlog[0]):
                 self._backlog.popleft()
         if self.leader is not None:
             self.leader.poll()
@@ -123,7 +154,7 @@ class SharedSlots:
     def _rebind(self, slot: int, epoch: int, coll_id: int) -> None:
         """The leader bound ``slot`` anew; every rank has completed its runs there."""
         self._reset(slot)
-        mine = coll_id >= 0 and self.rank in self.members[coll_id][1]
+        mine = coll_id in self._catalog.specs      # this rank runs it
         if mine:
             spec = self._catalog.specs[coll_id]
             entry = np.array([self._catalog.table_entry(spec, slot)], L.COLL_ENTRY)

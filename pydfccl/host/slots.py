@@ -37,6 +37,7 @@ import collections
 import numpy as np
 
 from ..protocol import layout as L
+from .registration import check_published, member, published_signature
 
 __all__ = ["SlotLeader", "COMPANION", "UNBOUND"]
 
@@ -46,11 +47,16 @@ COMPANION = -2   # ``bind_coll`` of a slot whose connector set an all_to_all bef
 
 class SlotLeader:
     """Rank 0's bindings of the collectives ``members`` ({coll_id: (slots it needs, ranks
-    that run it)}) to the ``nslots`` slots of the world whose control rows are ``ctl``."""
+    that run it)}) to the ``nslots`` slots of the world whose control rows are ``ctl``.
+    Collectives prepared after ``start()`` join ``members`` as the ranks publish them (the
+    ``late`` rings); their runs are granted once every rank of them has published the same
+    signature, and ``fail(error)`` is called when they differ."""
 
-    def __init__(self, ctl, nranks: int, nslots: int, members: dict):
+    def __init__(self, ctl, nranks: int, nslots: int, members: dict, fail=None):
         self.ctl, self.nranks, self.nslots = ctl, nranks, nslots
-        self.members = members
+        self.members = dict(members)
+        self.fail = fail
+        self.late: dict[int, dict] = {}      # coll_id -> {rank: signature} published late
         self._row = ctl[0:1]
         self.want: dict[int, list] = {}           # coll_id -> runs asked, not granted, per rank
         self.ready: collections.deque = collections.deque()   # collectives ready, in order
@@ -65,7 +71,8 @@ class SlotLeader:
     def busy(self) -> bool:
         """Whether a rank has asked for runs the leader has not read, or runs wait."""
         ctl = self.ctl
-        return bool(self.ready) or bool((ctl["req_head"] != ctl["req_seen"]).any())
+        return (bool(self.ready) or bool((ctl["req_head"] != ctl["req_seen"]).any())
+                or bool((ctl["late_head"] != ctl["late_seen"]).any()))
 
     def poll(self) -> bool:
         """Read the ranks' new requests and grant what can be granted; True if any."""
@@ -73,8 +80,11 @@ class SlotLeader:
         return self._grant() if self.ready else False
 
     def _read_requests(self) -> None:
+        """Late registrations, then requests: a request's registration was published
+        before it, so reading the request heads first finds it."""
         ctl = self.ctl
         heads = ctl["req_head"].copy()
+        self._read_late()
         for r in range(self.nranks):
             seen, head = int(ctl["req_seen"][r]), int(heads[r])
             if seen == head:
@@ -84,19 +94,52 @@ class SlotLeader:
                 self._asked(int(ring[k % L.REQUEST_CAP]), r)
             ctl["req_seen"][r] = head      # the rank may reuse those entries now
 
+    def _read_late(self) -> None:
+        ctl = self.ctl
+        for r in range(self.nranks):
+            seen, head = int(ctl["late_seen"][r]), int(ctl["late_head"][r])
+            for k in range(seen, head):
+                entry = ctl["late"][r][k % L.LATE_CAP]
+                self._published(int(entry["coll_id"]), r, published_signature(entry))
+            if seen != head:
+                ctl["late_seen"][r] = head
+
+    def _published(self, coll_id: int, rank: int, sig: dict) -> None:
+        """Rank ``rank`` prepared ``coll_id`` after start() with signature ``sig``."""
+        sigs = self.late.setdefault(coll_id, {})
+        sigs[rank] = sig
+        if coll_id not in self.members:
+            self.members[coll_id] = member(sig["kind"], sig["root"], rank, self.nranks)
+        try:
+            check_published(coll_id, sigs)
+        except ValueError as exc:
+            if self.fail is not None:
+                self.fail(exc)
+            return
+        if (coll_id in self.want and coll_id not in self._queued
+                and self._runs_ready(coll_id)):
+            self._queued.add(coll_id)
+            self.ready.append(coll_id)
+
     def _asked(self, coll_id: int, rank: int) -> None:
         want = self.want.get(coll_id)
         if want is None:
             want = self.want[coll_id] = [0] * self.nranks
         want[rank] += 1
-        if coll_id not in self._queued and self._runs_ready(coll_id):
+        if (coll_id not in self._queued and coll_id in self.members
+                and self._runs_ready(coll_id)):
             self._queued.add(coll_id)
             self.ready.append(coll_id)
 
     def _runs_ready(self, coll_id: int) -> int:
-        """Runs of ``coll_id`` every rank of it has asked for and not been granted."""
+        """Runs of ``coll_id`` every rank of it has asked for and not been granted (none
+        while a rank of a late registration has yet to publish it)."""
         want = self.want[coll_id]
-        return min(want[r] for r in self.members[coll_id][1])
+        ranks = self.members[coll_id][1]
+        late = self.late.get(coll_id)
+        if late is not None and len(late) < len(ranks):
+            return 0
+        return min(want[r] for r in ranks)
 
     def _quiet(self, first: int, done: np.ndarray) -> bool:
         """Every rank completed every run granted in the binding at ``first``."""

@@ -23,7 +23,7 @@ import numpy as np
 
 __all__ = [
     "MAX_COLLS", "MAX_BLOCKS", "RUNS_IN_FLIGHT", "SQ_CAP", "CQ_CAP", "NO_LIMIT", "TRACE_CAP",
-    "REQUEST_CAP", "GRANT_CAP",
+    "REQUEST_CAP", "GRANT_CAP", "LATE_CAP",
     "TRACE_KINDS", "BLOCK_STATUS", "SQ_ENTRY", "CQ_ENTRY", "REGISTRATION", "CTL_ROW",
     "COLL_ENTRY", "TASK", "SQ_COPY", "QUEUED_RUN", "BLOCK_COUNTS", "TRACE_EVENT",
     "POOL_HEADER",
@@ -42,6 +42,8 @@ NO_LIMIT = 1 << 62   # the daemon's ``limit`` argument when it may take every SQ
 REQUEST_CAP = 1024   # a rank's runs of shared-slot collectives asked for and not yet read
 #                      by the slot leader (host/slots.py); more wait on the rank's host
 GRANT_CAP = 1024     # grants the slot leader made that a rank has not yet read, at most
+LATE_CAP = 64        # a rank's late registrations of shared-slot collectives not yet read
+#                      by the slot leader; more wait on the rank's host
 
 I8 = "<i8"
 
@@ -118,8 +120,11 @@ CTL_ROW = np.dtype([
     ("req_seen", I8),      # of those, read by the slot leader (written by the leader)
     ("grant_seen", I8),    # the leader's grants this rank has read
     ("grant_head", I8),    # the leader's grants, ever (read in rank 0's row only)
-    ("pad_req", I8, 4),
+    ("late_head", I8),     # late registrations of shared-slot collectives, ever
+    ("late_seen", I8),     # of those, read by the slot leader (written by the leader)
+    ("pad_req", I8, 2),
     ("req", I8, REQUEST_CAP),        # the coll_id of request k at k % REQUEST_CAP
+    ("late", REGISTRATION, LATE_CAP),   # late registration k at k % LATE_CAP
     ("slot_done", I8, MAX_COLLS),    # runs this rank completed in each slot, ever
     ("slot_reset", I8, MAX_COLLS),   # the binding epoch this rank reset each slot for
     # The leader's bindings (read in rank 0's row only): per slot an epoch, odd while the

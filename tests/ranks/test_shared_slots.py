@@ -64,3 +64,23 @@ def test_a_late_peer_is_waited_for_not_reported_as_a_deadlock():
     out = pydfccl.launch(many_workers.waits_for_a_peer, 2, args=(20, 5.0),
                          watchdog_timeout=2.0, timeout=300)
     assert out == [3.0, 3.0]
+
+
+def test_collectives_prepared_after_start_share_the_slots_too():
+    per_rank = pydfccl.launch(many_workers.late_shared, 3, max_colls=4, timeout=300)
+    for rank, out in enumerate(per_rank):
+        for cid in range(20, 30):
+            want = ([cid * 10 + cid % 3] * 4 if cid % 3 == 0
+                    else [sum(cid * 10 + r for r in range(3))] * 4)
+            assert out[cid] == want
+        assert out[0] == [3] * 4
+    assert per_rank[1][99] == [7] * 3
+
+
+def test_a_late_mismatch_among_shared_slots_names_the_field():
+    with pytest.raises(pydfccl.RankFailedError,
+                       # the leader compares as the ranks publish: one or both others
+                       match=r"collective 25: field 'count' differs across ranks "
+                             r"\(ranks \[0\]: 5; ranks \[(1|2|1, 2)\]: 4\)"):
+        pydfccl.launch(many_workers.late_shared, 3, args=("count",), max_colls=4,
+                       timeout=120)

@@ -115,3 +115,32 @@ def test_a_transfer_waits_for_its_two_ranks_only():
     _ask(ctl, 2, 7)
     leader.poll()
     assert _binding(ctl, 0) == (7, 1)
+
+
+def _publish(ctl, rank, coll_id, count, kind=1):
+    k = int(ctl["late_head"][rank])
+    ctl["late"][rank, k % L.LATE_CAP] = (0, coll_id, kind, 0, 0, count, 0, 0)
+    ctl["late_head"][rank] = k + 1
+
+
+def test_a_late_collective_is_granted_once_every_rank_published_it():
+    ctl, leader = _leader(members={})
+    _publish(ctl, 0, 40, 4)
+    _ask(ctl, 0, 40)
+    _ask(ctl, 1, 40)
+    leader.poll()
+    assert int(ctl["bind_epoch"][0, 0]) == 0     # rank 1 has not published it yet
+    _publish(ctl, 1, 40, 4)
+    leader.poll()
+    assert _binding(ctl, 0) == (40, 1)
+
+
+def test_a_late_collective_published_differently_fails_every_rank():
+    ctl, leader = _leader(members={})
+    failures = []
+    leader.fail = failures.append
+    _publish(ctl, 0, 41, 4)
+    _publish(ctl, 1, 41, 5)
+    leader.poll()
+    assert [str(e) for e in failures] == [
+        "collective 41: field 'count' differs across ranks (ranks [0]: 4; ranks [1]: 5)"]

@@ -4,9 +4,11 @@ A run of a collective without a slot of its own waits on the host, and the rank 
 leader for it (its request ring in the control row). The poller follows the leader's
 bindings: a slot bound anew (a new epoch) is quiet on every rank, so this rank resets its
 part of it (the saved contexts and completion counters of every block, the connector
-counters in its pool), writes the collective's table entry, and says so (``slot_reset``);
-once every rank of the binding has, it submits the granted runs into the slot, the oldest
-first, so the k-th run on every rank meets the k-th on every other. Each completion in a
+counters in its pool) and writes the collective's table entry, on a thread of its own
+(``slot_resets``: the poller never waits on the device), and says so (``slot_reset``);
+once every rank of the binding has, the poller submits the granted runs into the slot, in
+the order of the leader's grants, the oldest first, so the k-th run on every rank meets
+the k-th on every other. Each completion in a
 slot is counted (``slot_done``): the leader binds the slot anew only when every rank has
 completed every run granted in it.
 """
@@ -20,6 +22,7 @@ import numpy as np
 from ..protocol import layout as L
 from ..protocol.codes import dtype_code, kind_code, op_code
 from .registration import member
+from .slot_resets import resets
 from .slots import COMPANION, UNBOUND
 
 __all__ = ["SharedSlots"]
@@ -152,25 +155,32 @@ class SharedSlots:
         return submitted
 
     def _rebind(self, slot: int, epoch: int, coll_id: int) -> None:
-        """The leader bound ``slot`` anew; every rank has completed its runs there."""
-        self._reset(slot)
-        mine = coll_id in self._catalog.specs      # this rank runs it
-        if mine:
+        """The leader bound ``slot`` anew; every rank has completed its runs there. Its
+        reset and table entry are device writes, which the poller hands to the resets
+        thread (``slot_resets``); that thread says the slot is reset once they are made."""
+        entry = None
+        if coll_id in self._catalog.specs:          # this rank runs it
             spec = self._catalog.specs[coll_id]
             entry = np.array([self._catalog.table_entry(spec, slot)], L.COLL_ENTRY)
-            self._pool.write(L.P_COLLS + slot * L.COLL_SIZE, entry)
         with self._lock:
             if coll_id >= 0:
                 self._catalog.by_index[slot] = coll_id     # reports name it
-            self.coll[slot] = coll_id if mine else (COMPANION if coll_id == COMPANION
-                                                    else UNBOUND)
+            self.coll[slot] = coll_id if entry is not None else (
+                COMPANION if coll_id == COMPANION else UNBOUND)
             self.epoch[slot] = epoch
-        self._row["slot_reset"][0, slot] = epoch      # after the writes: peers may send now
+        resets.put(lambda: self._reset(slot, entry), lambda: self._reset_done(slot, epoch))
 
-    def _reset(self, slot: int) -> None:
+    def _reset_done(self, slot: int, epoch: int) -> None:
+        """After the writes: the peers may send into the slot now."""
+        word = self._row["slot_reset"]
+        if word[0, slot] < epoch:
+            word[0, slot] = epoch
+
+    def _reset(self, slot: int, entry) -> None:
         """This rank's part of ``slot`` back to its state at start: every block's saved
         context and run counters, the completion counters, and the connector counters
-        (tail and head words, every lane) of its connector set in this pool."""
+        (tail and head words, every lane) of its connector set in this pool; then the
+        table ``entry`` of the collective bound there, if this rank runs it."""
         pool, nblocks = self._pool, self._nblocks
         task = np.zeros(1, L.TASK)
         for b in range(nblocks):
@@ -179,6 +189,8 @@ class SharedSlots:
         header = np.zeros(L.CONN_HEADER_BYTES, np.uint8)
         for b in range(nblocks):
             pool.write(L.HEADER_BYTES + (slot * nblocks + b) * self._conn_stride, header)
+        if entry is not None:
+            pool.write(L.P_COLLS + slot * L.COLL_SIZE, entry)
 
     def _all_reset(self, first: int, published: np.ndarray) -> bool:
         """Every rank of the binding at ``first`` has reset each of its slots for it (the

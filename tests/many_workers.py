@@ -184,3 +184,17 @@ def late_shared(comm, case: str = "ok"):
     x[...] = 1
     out[0] = np.asarray(comm.run(0, x).result(timeout=120)).tolist()
     return out
+
+
+def shared_from_start(comm, mismatch: bool = False):
+    """``start(share_slots=True)`` with one collective (rank 1 without it if
+    ``mismatch``), then 30 more prepared after start() on a world of 2 slots; the sums."""
+    comm.prepare(0, "all_reduce", 2, "int64")
+    comm.start(share_slots=not (mismatch and comm.rank == 1))
+    futures = []
+    for cid in range(1, 31):
+        comm.prepare(cid, "all_reduce", 2, "int64")
+        x = comm.empty(2, "int64")
+        x[...] = cid
+        futures.append(comm.run(cid, x))
+    return [int(np.asarray(f.result(timeout=120))[0]) for f in futures]

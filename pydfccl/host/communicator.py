@@ -50,7 +50,8 @@ from .launcher import Launcher
 from .polled import PolledRank
 from .poller import poller
 from .rankstate import Phase, RankState
-from .registration import LatePlacer, check_signatures, members, placement
+from .registration import (SHARE, LatePlacer, check_signatures, members, placement,
+                           shared_by_all)
 from .shared_slots import SharedSlots
 from .slots import SlotLeader
 from .status import rank_stats, world_status
@@ -161,15 +162,23 @@ class Communicator:
             self._late.add(spec)
         self._specs[spec.coll_id] = spec
 
-    def start(self) -> None:
-        """End registration: check signatures across ranks, then start the daemon."""
+    def start(self, share_slots: bool = False) -> None:
+        """End registration: check signatures across ranks, then start the daemon.
+        Collectives share the daemon's slots (host/slots.py) when they need more than it
+        has, or with ``share_slots`` (the same on every rank): then any number may be
+        prepared after ``start()`` too."""
         self._state.require(Phase.PREPARING, "start")
-        per_rank = self._exchange(self._catalog.signatures())
+        mine = self._catalog.signatures()
+        if share_slots:
+            mine[SHARE] = True
+        per_rank = self._exchange(mine)
+        if any(SHARE in sigs for sigs in per_rank):
+            per_rank, share_slots = shared_by_all(per_rank)
         check_signatures(per_rank)
         cfg = self.world.config
         index, conn, used = placement(per_rank, self.nranks)
         pool = self.world.pools[self.rank]
-        if used > cfg.max_colls:      # more than the slots: they share them
+        if used > cfg.max_colls or share_slots:     # the collectives share the slots
             self._share_slots(per_rank)
         else:
             pool.write(L.P_COLLS, self._catalog.place_all(index, conn))
@@ -210,7 +219,7 @@ class Communicator:
         """More collectives than slots: bound to slots as their runs come (slots.py)."""
         cfg = self.world.config
         need = members(per_rank, self.nranks)
-        widest = max(width for width, _ in need.values())
+        widest = max((width for width, _ in need.values()), default=1)
         if widest > cfg.max_colls:
             raise ValueError(f"an all_to_all needs {widest} connector sets (nranks - 1), "
                              f"more than WorldConfig.max_colls = {cfg.max_colls}")

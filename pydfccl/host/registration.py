@@ -16,7 +16,9 @@ from ..protocol.codes import DTYPES, KINDS, OPS, POINT_TO_POINT
 from ..protocol.collectives import collective
 
 __all__ = ["check_signatures", "placement", "members", "member", "LatePlacer", "late_verdict",
-           "published_signature", "check_published"]
+           "published_signature", "check_published", "SHARE", "shared_by_all"]
+
+SHARE = "share_slots"   # in start()'s exchange beside the signatures: start(share_slots=True)
 
 
 def _differing(coll_id, field, values: dict) -> ValueError:
@@ -41,6 +43,18 @@ def _check_pair(coll_id, holders: dict) -> None:
     for field in ("count", "dtype"):
         if sa[field] != sb[field]:
             raise _differing(coll_id, field, {a: sa[field], b: sb[field]})
+
+
+def shared_by_all(per_rank: list) -> tuple[list, bool]:
+    """(the signatures without ``SHARE``, True): every rank passed ``share_slots=True``;
+    ValueError naming the ranks when only some did."""
+    sharing = [r for r, sigs in enumerate(per_rank) if sigs.get(SHARE)]
+    if len(sharing) != len(per_rank):
+        others = [r for r in range(len(per_rank)) if r not in sharing]
+        raise ValueError(f"start(share_slots=True) on ranks {sharing} but not on ranks "
+                         f"{others}: every rank must pass the same")
+    return [{cid: sig for cid, sig in sigs.items() if cid != SHARE}
+            for sigs in per_rank], True
 
 
 def check_signatures(per_rank: list) -> None:

@@ -138,7 +138,7 @@ class ProcessGroupDfccl(CollectivesMixin, dist.ProcessGroup):
         # wait-for cycle no preemption can break) is reported at pydfccl's watchdog.
         comm = communicator_from_group(C10dStoreGroup(store, rank, size, timeout),
                                        timeout=timeout.total_seconds(), **options)
-        comm.start()
+        comm.start(share_slots=os.environ.get("PYDFCCL_TORCH_SHARED_SLOTS", "0") == "1")
         self.dfccl_group = TorchGroup(comm, timeout=timeout.total_seconds())
         self._rank, self._size = rank, size
         self._group_name = self._group_desc = ""

@@ -84,3 +84,16 @@ def test_a_late_mismatch_among_shared_slots_names_the_field():
                              r"\(ranks \[0\]: 5; ranks \[(1|2|1, 2)\]: 4\)"):
         pydfccl.launch(many_workers.late_shared, 3, args=("count",), max_colls=4,
                        timeout=120)
+
+
+def test_start_share_slots_lifts_the_limit_of_late_registrations():
+    out = pydfccl.launch(many_workers.shared_from_start, 2, max_colls=2, timeout=300)
+    assert out == [[2 * cid for cid in range(1, 31)]] * 2
+
+
+def test_share_slots_must_be_the_same_on_every_rank():
+    with pytest.raises(pydfccl.RankFailedError,
+                       match=r"start\(share_slots=True\) on ranks \[0\] but not on ranks "
+                             r"\[1\]: every rank must pass the same"):
+        pydfccl.launch(many_workers.shared_from_start, 2, args=(True,), max_colls=2,
+                       timeout=120)

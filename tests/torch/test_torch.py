@@ -205,8 +205,9 @@ def test_work_waits_on_the_host_until_the_run_completes():
 
 # -- ranks as processes (simulator) ------------------------------------------------------------
 
-def run_ranks(case, nranks, timeout=120):
-    env = {"PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+def run_ranks(case, nranks, timeout=120, **extra):
+    env = {"PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+           **extra}
     results = spawn_ranks([str(HERE / "torch_workers.py"), case], nranks, timeout=timeout,
                           env=env, capture=True)
     out = []
@@ -238,6 +239,15 @@ def test_backend_collectives_on_three_ranks(three_ranks):
         assert o["all_to_all"] == [2 * rank + 10 * k + i for k in range(3) for i in range(2)]
         assert o["subgroup"] == ([1.0, 1.0] if rank < 2 else [2.0, 2.0])
     assert out[1]["recv"] == [0.0, 1.0, 2.0]
+
+
+def test_a_group_sharing_its_slots_runs_any_number_of_shapes():
+    """PYDFCCL_TORCH_SHARED_SLOTS=1: 120 signatures through a group of 4 slots."""
+    out = run_ranks("many_shapes", 2, timeout=300, PYDFCCL_TORCH_SHARED_SLOTS="1",
+                    PYDFCCL_TORCH_MAX_COLLS="4")
+    for r in out:
+        assert r["many_shapes"]["sums"] == [3.0 * n for n in range(1, 101)]
+    assert out[1]["many_shapes"]["received"] == [7.0 * n for n in range(1, 21)]
 
 
 def test_ddp_hook_averages_gradients(three_ranks):

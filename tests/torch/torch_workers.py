@@ -98,6 +98,26 @@ def mismatch(rank, size):
     return {"error": None}
 
 
+def many_shapes(rank, size):
+    """All-reduces of 100 shapes, each its own signature, and a transfer of each of 20
+    more from rank 0 to rank 1: with PYDFCCL_TORCH_SHARED_SLOTS=1 the group's collectives
+    share its slots, however few (PYDFCCL_TORCH_MAX_COLLS)."""
+    sums = []
+    for n in range(1, 101):
+        t = torch.full((n,), float(rank + 1))
+        dist.all_reduce(t)
+        sums.append(float(t.sum()))
+    received = []
+    for n in range(1, 21):
+        if rank == 0:
+            dist.send(torch.full((n,), 7.0), dst=1)
+        elif rank == 1:
+            r = torch.zeros(n)
+            dist.recv(r, src=0)
+            received.append(float(r.sum()))
+    return {"sums": sums, "received": received}
+
+
 def main():
     cases = sys.argv[1].split(",")
     rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])

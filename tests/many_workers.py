@@ -198,3 +198,16 @@ def shared_from_start(comm, mismatch: bool = False):
         x[...] = cid
         futures.append(comm.run(cid, x))
     return [int(np.asarray(f.result(timeout=120))[0]) for f in futures]
+
+
+def waiting_status(comm):
+    """Rank 0 runs collective 3 of 20, which rank 1 never runs: its status shows the run
+    waiting for a grant (rank 0 then closes with it waiting, which aborts the job)."""
+    for cid in range(20):
+        comm.prepare(cid, "all_reduce", 2, "int64")
+    comm.start()
+    if comm.rank == 0:
+        comm.run(3, comm.empty(2, "int64"))
+        time.sleep(0.5)
+        return comm.status()[0]["waiting"]
+    return None

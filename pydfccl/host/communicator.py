@@ -404,8 +404,8 @@ class Communicator:
         if state.phase is Phase.CLOSED:
             return
         started = state.started
-        with self._lock:
-            left = self._cq.undone() if started else 0
+        with self._lock:    # runs waiting for a grant too: their peers may have theirs
+            left = self._cq.undone() + self._submissions.waiting_count() if started else 0
         state.phase = Phase.CLOSED
         if started:    # a drain in progress ends before the caller can free the pool
             self._tracer.close()

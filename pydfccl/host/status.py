@@ -32,7 +32,7 @@ def rank_stats(world, rank: int, submissions, cq, launcher, policy_name: str) ->
 def world_status(world, rank: int, by_index: dict, submissions, launcher, lock) -> list[dict]:
     """``watchdog.rank_status`` of every rank, collectives named by coll_id (``by_index``);
     rank ``rank``'s entry also lists its collectives ``in_flight``, the runs ``queued``
-    behind them, and its host's view of the ``daemon`` launches and their ``launch_log``."""
+    behind them, the runs ``waiting`` for a shared slot (by coll_id), and its host's view of the ``daemon`` launches and their ``launch_log``."""
     out = []
     for r in range(world.nranks):
         st = rank_status(world, r)
@@ -44,6 +44,7 @@ def world_status(world, rank: int, by_index: dict, submissions, launcher, lock) 
         mine = out[rank]
         mine["in_flight"] = sorted(by_index[i] for i in submissions.in_flight_indices())
         mine["queued"] = {by_index[i]: n for i, n in submissions.queued_counts().items()}
+        mine["waiting"] = {cid: len(q) for cid, q in submissions.waiting.items() if q}
         mine["daemon"] = launcher.view()
         mine["launch_log"] = launcher.log()
     return out

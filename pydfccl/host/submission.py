@@ -83,6 +83,10 @@ class Submissions:
     def in_flight_indices(self) -> list[int]:
         return [i for i, runs in self.inflight.items() if runs]
 
+    def waiting_count(self) -> int:
+        """Runs waiting for a shared slot's grant."""
+        return sum(len(q) for q in self.waiting.values())
+
     def queued_counts(self) -> dict[int, int]:
         return {i: len(q) for i, q in self.pending.items() if q}
 

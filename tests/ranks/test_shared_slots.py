@@ -97,3 +97,8 @@ def test_share_slots_must_be_the_same_on_every_rank():
                              r"\[1\]: every rank must pass the same"):
         pydfccl.launch(many_workers.shared_from_start, 2, args=(True,), max_colls=2,
                        timeout=120)
+
+
+def test_status_shows_runs_waiting_for_a_grant():
+    out = pydfccl.launch(many_workers.waiting_status, 2, timeout=120)
+    assert out == [{3: 1}, None]

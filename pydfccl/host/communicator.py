@@ -290,7 +290,7 @@ class Communicator:
         gate = self._gate
         if handle is not None and gate is None:
             gate = self._gate = process_gate()      # None: the simulator's streams are done
-        key = (self, index if index is not None else -1 - spec.coll_id)
+        key = gate and (self, index if index is not None else -1 - spec.coll_id)
         if gate is not None and (handle is not None or gate.waiting(key)):
             # behind the stream's work, and behind earlier runs of this collective waiting
             # for theirs: the k-th run of a collective meets the k-th on every rank

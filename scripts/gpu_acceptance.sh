@@ -13,6 +13,8 @@
 #   latency2   an 8-byte all-reduce, submit to completion, 2 ranks, against a launch each
 #   latency8   the same on 8 ranks
 #   many4      64 concurrent 4 KiB all-reduces on 4 ranks, against a kernel launch each
+#   registration  prepare + start of 10,000 all-reduces sharing the daemon's slots on 4
+#              ranks, beside 32 with slots of their own, and 100 distinct ones run
 #   bandwidth  128 MiB and 256 MiB all-reduces on 4 ranks against a device-to-device copy,
 #              the median of 7 cycles, beside the nccl policy (no preemption)
 #   chaos      the chaos demo with 4 rank processes, 8 collectives x 500 iterations, a device
@@ -106,8 +108,8 @@ train_runs() {  # train_runs NAME ARGS...: RUNS runs of the example; one line of
 }
 
 SCHEDULE=scripts/schedules/three_ranks_disordered_with_syncs.json
-for s in ${*:-startup tests latency2 latency8 many4 bandwidth inorder disorder chaos chaos8 chaos8p \
-    sync8 replay soak ddp hook train}; do
+for s in ${*:-startup tests latency2 latency8 many4 registration bandwidth inorder disorder chaos \
+    chaos8 chaos8p sync8 replay soak ddp hook train}; do
   case $s in
     tests) stage tests 450 env PYDFCCL_DEADLOCK_STACKS=1 $PY -m pytest -q -rfE --tb=short \
              -p no:cacheprovider -o faulthandler_timeout=120 --durations=10 \
@@ -116,6 +118,7 @@ for s in ${*:-startup tests latency2 latency8 many4 bandwidth inorder disorder c
     latency2) stage latency2 120 $PY -m pydfccl bench latency -n 2 --iters 10000 ;;
     latency8) stage latency8 120 $PY -m pydfccl bench latency -n 8 --iters 1000 ;;
     many4) stage many4 120 $PY -m pydfccl bench latency -n 4 -k 64 -c 1024 --iters 200 -w 20 ;;
+    registration) stage registration 200 $PY -m pydfccl bench registration -n 4 ;;
     bandwidth) stage bandwidth 200 $PY -m pydfccl bench --nranks 4 -b 134217728 \
                  -e 268435456 -f 2 -n 10 -w 2 -N 7 --baseline nccl ;;
     train) train_runs train2 --nranks 2

@@ -8,13 +8,17 @@ A *group* is what the bootstrap needs of the processes: ``rank``, ``size``, ``bc
   WORLD_SIZE, MASTER_ADDR and MASTER_PORT, and rank 0 serves a loopback store.
 
 The registrations that ``start()`` compares travel by ``allgather``. The control rows are
-a shared-memory segment that rank 0 makes and the others attach to (rank 0 broadcasts its
-name). The pools:
-- under the simulator, a second shared-memory segment;
+a shared-memory segment per node that the node's lowest rank makes and the others attach
+to (its name travels by ``allgather``). The pools:
+- under the simulator, a second shared-memory segment per node;
 - on GPUs, device memory that each process allocates on its GPU (chosen by its local rank
   among the host's GPUs) and exports to the others as a CUDA IPC handle. Processes that
   share one GPU need the MPS daemon to run their kernels side by side; without it each
   rank logs a warning once.
+
+Ranks on other nodes (``topology``; emulated with ``PYDFCCL_RANKS_PER_NODE``) are reached
+through the network proxy (``pydfccl.transport``) on a ``Dup`` of the MPI communicator; a
+job across hosts without MPI is refused with ``SpansHostsError``.
 
 ``run_in_group`` runs one worker per process, as ``launch`` does, and gives rank 0 every
 rank's result. ``python -m pydfccl demo`` uses it when it finds itself in such a job.
@@ -67,32 +71,47 @@ def use_simulator_without_gpu() -> None:
         os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
 
 
-def _shared_world(group, config):
-    """The World of this rank: rank 0 makes the segments, the others attach to them; rank 0
-    unlinks them once everyone has, so that nothing is left behind however the job ends."""
+def _shared_world(group, config, nodes: list[int]):
+    """The World of this rank: the lowest rank of each node makes its node's segments, the
+    others attach to them; it unlinks them once everyone has, so that nothing is left
+    behind however the job ends. Ranks on other nodes get shadows (``World``)."""
     from ..host.world import World, new_segment
 
     sizes = [config.ctl_bytes] + ([config.nranks * config.pool_bytes] if config.simulator else [])
-    names = None
-    if group.rank == 0:
-        made = [new_segment(size) for size in sizes]
-        names = [s.name for s in made]
-    names = group.bcast(names, root=0)
-    if group.rank == 0:
+    leader = nodes.index(nodes[group.rank])
+    made = [new_segment(size) for size in sizes] if group.rank == leader else None
+    names = group.allgather([s.name for s in made] if made else None)[leader]
+    if made:
         segments = made
     else:
         segments = [shared_memory.SharedMemory(name=name) for name in names]
         for s in segments:   # the creator owns the cleanup
             resource_tracker.unregister(s._name, "shared_memory")
     group.Barrier()
-    if group.rank == 0:
+    if made:
         for s in segments:
             s.unlink()
     views = [np.ndarray((size,), np.uint8, buffer=s.buf) for s, size in zip(segments, sizes)]
+    where = dict(keep=tuple(segments), nodes=nodes, nodes_of=group.rank)
     if config.simulator:
-        return World(config, ctl_mem=views[0], pool_mem=views[1], keep=tuple(segments))
-    return World(config, ctl_mem=views[0], ipc=(group.rank, group.allgather),
-                 keep=tuple(segments))
+        return World(config, ctl_mem=views[0], pool_mem=views[1], **where)
+    return World(config, ctl_mem=views[0], ipc=(group.rank, group.allgather), **where)
+
+
+def _start_proxy(group, world) -> None:
+    """The network proxy of a world whose ranks span nodes, on a communicator of its own
+    (a collective ``Dup``: every rank of such a world has a peer on another node)."""
+    from mpi4py import MPI
+
+    from .. import platform
+    from ..transport.proxy import NetProxy
+
+    if MPI.Query_thread() != MPI.THREAD_MULTIPLE:
+        raise RuntimeError("the network proxy needs MPI_THREAD_MULTIPLE (mpi4py asks for it "
+                           "unless mpi4py.rc.thread_level says otherwise)")
+    world.net = NetProxy(world, group.rank, group.Dup(),
+                         idle_sleep=5e-4 if platform.backend.kernels_on_host else 2e-5)
+    world.net.start()
 
 
 LOCAL_RANK_VARIABLES = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
@@ -131,24 +150,27 @@ def choose_gpu(group, local: int | None = None) -> int:
 def communicator_from_group(group, *, policy="dfccl", watchdog_timeout=None,
                             persistent: bool = True, daemons_per_rank: int = 1,
                             timeout: float | None = None, **sizes):
-    """This process's Communicator in a world of ``group.size`` ranks, all on one host
-    (``topology.check_one_host``). Unless ``sizes`` gives ``nblocks``, a GPU daemon takes
+    """This process's Communicator in a world of ``group.size`` ranks, on one host or,
+    under MPI, on several (``topology.check_one_host``). Unless ``sizes`` gives ``nblocks``, a GPU daemon takes
     its share of the GPU's resident blocks among the ranks on the busiest GPU of the job,
     each with ``daemons_per_rank`` communicators' daemons (torch's process groups: several
     per rank)."""
     from .. import platform
     from ..host.communicator import Communicator
     from ..host.world import MAX_THREADS, WorldConfig, gpu_nblocks
-    from .topology import check_one_host, rank_hosts
+    from .topology import check_one_host, node_indices, over_mpi, rank_hosts
 
-    check_one_host(rank_hosts(group))   # before anything is shared: the same on every rank
+    hosts = rank_hosts(group)
+    check_one_host(hosts, network=over_mpi(group))   # before anything is shared, everywhere
     if not platform.backend.kernels_on_host:     # kernels on a GPU: each rank picks one
         on_gpu = choose_gpu(group)
         if sizes.get("nblocks") is None:
             sizes["nblocks"] = gpu_nblocks(on_gpu * daemons_per_rank,
                                            sizes.get("nthreads") or MAX_THREADS)
     config = WorldConfig(group.size, **sizes)
-    world = _shared_world(group, config)
+    world = _shared_world(group, config, node_indices(hosts))
+    if world.remote:
+        _start_proxy(group, world)
     return Communicator(world, group.rank, policy=policy, exchange=group.allgather,
                         watchdog_timeout=watchdog_timeout, persistent=persistent,
                         timeout=timeout)
@@ -167,7 +189,12 @@ def run_in_group(worker, group, *, args=(), policy="dfccl", watchdog_timeout=Non
         comm = communicator_from_group(group, policy=policy,
                                        watchdog_timeout=watchdog_timeout, **sizes)
         with comm:
-            outcome = ("result", worker(comm, *args))
+            try:
+                outcome = ("result", worker(comm, *args))
+            except Exception as exc:    # before close: the proxy still carries the report
+                comm.world.abort_with(f"rank {group.rank} failed: {type(exc).__name__}: "
+                                      f"{exc}")
+                raise
     except Exception as exc:
         if comm is not None:
             comm.world.abort_with(f"rank {group.rank} failed: {type(exc).__name__}: "

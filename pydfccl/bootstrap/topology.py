@@ -1,15 +1,17 @@
-"""Which host each rank of a job runs on, and the refusal of a job that spans hosts.
+"""Which host (node) each rank of a job runs on, and the refusal of a job that spans hosts
+without MPI.
 
-The ranks of a world share memory: the control rows are a shared-memory segment, and the
-pools are shared memory (simulator) or device memory opened through CUDA IPC handles
-(GPUs). Neither reaches another host, so every rank of a communicator must run on one.
-A job whose ranks span hosts is refused on every rank before anything is shared, with
-each rank's host named, rather than failing on a segment or a handle that another host
-cannot open.
+The ranks of a node share memory: the node's control rows are a shared-memory segment, and
+its pools are shared memory (simulator) or device memory opened through CUDA IPC handles
+(GPUs). Neither reaches another host: there a rank's connectors go through the network
+proxy (``pydfccl.transport``), which moves them with MPI. A job whose ranks span hosts is
+therefore allowed when MPI started it (``from_mpi``) and refused on every rank otherwise
+(torchrun across hosts, ``from_env``), before anything is shared, with each rank's host
+named.
 
 ``PYDFCCL_RANKS_PER_NODE=K`` emulates hosts on one machine: the processes of ranks r and s
-of the job are on the same host when ``r // K == s // K``, so that the refusal (and
-whatever crosses hosts) can be tried without a second machine.
+of the job are on the same host when ``r // K == s // K``, so that whatever crosses hosts
+(the proxy, the refusal) can be tried without a second machine.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ import socket
 
 from ..errors import SpansHostsError
 
-__all__ = ["RANKS_PER_NODE", "ranks_per_node", "this_host", "rank_hosts", "check_one_host"]
+__all__ = ["RANKS_PER_NODE", "ranks_per_node", "this_host", "rank_hosts", "check_one_host",
+           "node_indices", "over_mpi"]
 
 RANKS_PER_NODE = "PYDFCCL_RANKS_PER_NODE"
 
@@ -87,13 +90,25 @@ def _spans(ranks: list[int]) -> str:
     return ", ".join(parts)
 
 
-def check_one_host(hosts: list[str]) -> None:
-    """Raise ``SpansHostsError`` unless every rank is on one host; the message names the
-    ranks on each host."""
+def node_indices(hosts: list[str]) -> list[int]:
+    """Each rank's node as a number, the hosts numbered in the order their first rank
+    comes: ``["b", "b", "a"]`` gives ``[0, 0, 1]``."""
+    numbers: dict[str, int] = {}
+    return [numbers.setdefault(host, len(numbers)) for host in hosts]
+
+
+def over_mpi(group) -> bool:
+    """Whether ``group`` is an MPI communicator, which the network proxy can use."""
+    return hasattr(group, "Split_type")
+
+
+def check_one_host(hosts: list[str], network: bool = False) -> None:
+    """Raise ``SpansHostsError`` unless every rank is on one host or ``network`` (the job
+    is under MPI, which joins the hosts); the message names the ranks on each host."""
     by_host: dict[str, list[int]] = {}
     for rank, host in enumerate(hosts):
         by_host.setdefault(host, []).append(rank)
-    if len(by_host) <= 1:
+    if len(by_host) <= 1 or network:
         return
     where = "; ".join(f"{'rank' if len(ranks) == 1 else 'ranks'} {_spans(ranks)} on {host}"
                       for host, ranks in by_host.items())
@@ -101,5 +116,7 @@ def check_one_host(hosts: list[str]) -> None:
                 if ranks_per_node() is not None else "")
     raise SpansHostsError(
         f"this job's {len(hosts)} ranks run on {len(by_host)} hosts{emulated}: {where}. The "
-        f"ranks of a pydfccl communicator share memory, so they must all run on one host: "
-        f"make a communicator (or a torch process group) of each host's ranks")
+        f"ranks of one host share memory; across hosts pydfccl needs MPI, which this job "
+        f"was not started with: start it with mpiexec and make the communicator with "
+        f"Communicator.from_mpi, or make a communicator (or a torch process group) of each "
+        f"host's ranks")

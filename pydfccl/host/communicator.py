@@ -421,6 +421,8 @@ class Communicator:
             if not self._launcher.thread_alive:
                 platform.destroy_stream(self._stream)
         self._submissions.fail_all(AbortedError(f"rank {self.rank}: communicator closed"))
+        if self.world.net is not None:   # the daemon stopped: its last writes go out now
+            self.world.net.close()
 
     def __enter__(self):
         return self

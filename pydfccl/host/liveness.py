@@ -5,8 +5,9 @@ writes its pid (with the process's start time, so that a reused pid is not taken
 and its pid namespace) into its row when it starts, and a peer whose process is gone is
 known at once and exactly. A heartbeat written by a Python thread cannot tell a dead
 process from a live one that holds the GIL in one long C call (a big pickle, a checkpoint),
-so it is kept only for peers whose pid means nothing here (another pid namespace), with a
-timeout (``PYDFCCL_HEARTBEAT_TIMEOUT``, 300 s) far longer than any such call.
+so it is kept only for peers whose pid means nothing here (another pid namespace, or
+another node, whose replica row ``pydfccl.transport.rows`` stamps with the time its last
+copy arrived), with a timeout (``PYDFCCL_HEARTBEAT_TIMEOUT``, 300 s) far longer than any such call.
 
 A rank that closes on purpose sets its heartbeat to -1: it is not dead, but its daemon runs
 no more collectives (``closed_peers``).
@@ -17,10 +18,11 @@ from __future__ import annotations
 import os
 import time
 
-__all__ = ["HEARTBEAT_TIMEOUT", "this_process", "register", "process_alive", "dead_peers",
-           "closed_peers", "describe_dead"]
+__all__ = ["HEARTBEAT_TIMEOUT", "REMOTE_NS", "this_process", "register", "process_alive",
+           "dead_peers", "closed_peers", "describe_dead"]
 
 HEARTBEAT_TIMEOUT = float(os.environ.get("PYDFCCL_HEARTBEAT_TIMEOUT", "300"))
+REMOTE_NS = -1   # the pid namespace of a rank on another node (its row is a replica)
 
 
 def _start_ticks(pid: int) -> int | None:
@@ -85,8 +87,9 @@ def dead_peers(world, me: int) -> dict:
             if not process_alive(pid, int(ctl["pid_start"][r])):
                 dead[r] = f"its process (pid {pid}) ended without closing its communicator"
         elif now - beat > HEARTBEAT_TIMEOUT * 1e9:
-            dead[r] = f"no heartbeat for {(now - beat) / 1e9:.0f} s (pid {pid} in another " \
-                      "pid namespace)"
+            where = ("on another node: nothing from its network proxy"
+                     if int(ctl["pid_ns"][r]) == REMOTE_NS else "in another pid namespace")
+            dead[r] = f"no heartbeat for {(now - beat) / 1e9:.0f} s (pid {pid} {where})"
     return dead
 
 

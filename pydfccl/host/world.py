@@ -20,7 +20,8 @@ from ..log import logger
 from ..platform import (DeviceBuffer, HostBuffer, PeerBuffer, backend, gpu_available,
                         ipc_handle, multiprocessors)
 
-__all__ = ["WorldConfig", "World", "REPORT_BYTES", "new_segment", "gpu_nblocks"]
+__all__ = ["WorldConfig", "World", "REPORT_BYTES", "new_segment", "gpu_nblocks",
+           "pair_transports"]
 
 REPORT_BYTES = 8192
 
@@ -34,6 +35,13 @@ def new_segment(size: int):
 
     name = f"pydfccl_{os.getpid()}_{next(_segments_made)}"
     return shared_memory.SharedMemory(name=name, create=True, size=size)
+
+
+def pair_transports(nodes: list[int]) -> dict:
+    """{"ipc": pairs on one node, "mpi": pairs across nodes} of ranks on ``nodes``."""
+    pairs = list(itertools.combinations(nodes, 2))
+    across = sum(a != b for a, b in pairs)
+    return {"ipc": len(pairs) - across, "mpi": across}
 
 
 H200_MULTIPROCESSORS = 132   # sizes a GPU world on a machine without one (PTX, models)
@@ -158,17 +166,28 @@ class World:
 
     ``keep``: objects that must live as long as the world, such as the shared-memory
     segments that ``ctl_mem`` and ``pool_mem`` view.
+
+    ``nodes``: each rank's node (0 for all by default). A rank on another node than
+    ``nodes_of`` (this process's rank) cannot be reached through shared memory or CUDA IPC:
+    its pool here is a *shadow* in this process's host memory (mapped for the device on a
+    GPU), which the daemon writes as it would the peer's pool and the network proxy
+    (``pydfccl.transport``) carries to the peer; its control row here is a replica that the
+    proxy refreshes. ``net``: that proxy, once started (None within one node).
     """
 
     def __init__(self, config: WorldConfig, ctl_mem: np.ndarray | None = None,
                  pool_mem: np.ndarray | None = None, ipc: tuple | None = None,
-                 keep: tuple = ()):
+                 keep: tuple = (), nodes: list[int] | None = None, nodes_of: int = 0):
         self.config = config
         self._keep = keep
         n = config.nranks
+        self.nodes = list(nodes) if nodes is not None else [0] * n
+        self.remote = frozenset(r for r in range(n) if self.nodes[r] != self.nodes[nodes_of])
+        self.net = None
         self._ctl = HostBuffer(config.ctl_bytes, ctl_mem)
         rows = n * L.CTL_ROW.itemsize
         self.ctl = self._ctl.array[:rows].view(L.CTL_ROW)
+        self.ctl_bytes_view = self._ctl.array[:rows]
         self.report = self._ctl.array[rows:rows + REPORT_BYTES]
         self.ctl_addr = [self._ctl.addr + r * L.CTL_ROW.itemsize for r in range(n)]
         size = config.pool_bytes
@@ -176,14 +195,17 @@ class World:
             rank, allgather = ipc
             own = DeviceBuffer(size)
             handles = allgather(ipc_handle(own))
-            self.pools = [own if r == rank else PeerBuffer(h) for r, h in enumerate(handles)]
+            self.pools = [own if r == rank else HostBuffer(size) if r in self.remote
+                          else PeerBuffer(h) for r, h in enumerate(handles)]
         elif pool_mem is None:
             _warn_if_daemons_overflow(config)
             self.pools = [DeviceBuffer(size) for _ in range(n)]
         else:
             if not backend.device_memory_is_host:
                 raise RuntimeError("shared-memory pools are for the simulator only")
-            self.pools = [DeviceBuffer(size, pool_mem[r * size:(r + 1) * size]) for r in range(n)]
+            self.pools = [HostBuffer(size) if r in self.remote
+                          else DeviceBuffer(size, pool_mem[r * size:(r + 1) * size])
+                          for r in range(n)]
         self.pool_addr = [p.addr for p in self.pools]
         # Pools this process allocated are all on its one GPU: the daemons need only order
         # their memory at GPU scope. Pools of other processes may be on other GPUs, and the
@@ -197,6 +219,11 @@ class World:
     @property
     def nranks(self) -> int:
         return self.config.nranks
+
+    def transports(self) -> dict:
+        """{transport: pairs of ranks}: "ipc" for the pairs on one node (CUDA IPC, shared
+        memory under the simulator, or one process), "mpi" for those the proxy joins."""
+        return pair_transports(self.nodes)
 
     def activity(self) -> int:
         """Changes whenever any rank submits or makes progress: a reason to relaunch."""

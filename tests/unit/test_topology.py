@@ -70,3 +70,23 @@ def test_a_bad_ranks_per_node_names_the_variable(monkeypatch, value):
     with pytest.raises(ValueError, match=f"PYDFCCL_RANKS_PER_NODE={value!r}: expected a "
                                          f"positive number"):
         rank_hosts(_Group(0, 2))
+
+
+def test_hosts_are_numbered_as_nodes_in_order_of_their_first_rank():
+    from pydfccl.bootstrap.topology import node_indices
+
+    assert node_indices(["b", "b", "a", "c", "a"]) == [0, 0, 1, 2, 1]
+    assert node_indices(["h"] * 3) == [0, 0, 0]
+
+
+def test_ranks_on_two_hosts_pass_under_mpi_and_are_refused_without():
+    """Under MPI the network proxy joins the hosts; without it (torchrun across hosts) the
+    refusal says what to do instead."""
+    from pydfccl.bootstrap.topology import over_mpi
+
+    check_one_host(["a", "b"], network=True)
+    with pytest.raises(SpansHostsError, match="across hosts pydfccl needs MPI, which this job "
+                       "was not started with: start it with mpiexec"):
+        check_one_host(["a", "b"])
+    assert not over_mpi(_Group(0, 2))
+

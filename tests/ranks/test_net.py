@@ -1,0 +1,163 @@
+"""Ranks on several (emulated) nodes under mpiexec: pairs across nodes go through the
+network proxy (``pydfccl.transport``), pairs within a node through shared memory. The chaos
+demo verifies every output in 100% disorder, with device synchronizations too; its nccl
+twin is reported as a deadlock whose cycle crosses the nodes; the collectives matrix
+matches numpy with every pair over the network and with two ranks a node; a pair across
+nodes really goes through MPI; a rank of another node that stops is named on every rank.
+Without a GPU the processes run the simulator."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pydfccl.cli.doctor import find_mpiexec
+
+MPIEXEC = find_mpiexec()
+pytestmark = pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec (pip install mpich)")
+pytest.importorskip("mpi4py")
+HERE = Path(__file__).resolve().parent
+
+
+def _env(per_node, **extra):
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    return dict(env, PYDFCCL_RANKS_PER_NODE=str(per_node), **extra)
+
+
+def _mpiexec(n, per_node, *argv, timeout=300, **extra):
+    return subprocess.run([MPIEXEC, "-n", str(n), sys.executable, *argv],
+                          env=_env(per_node, **extra), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.mark.parametrize("sync", ["none", "device"])
+def test_demo_across_emulated_nodes_verifies_every_output(sync):
+    done = _mpiexec(4, 2, "-m", "pydfccl", "demo", "-i", "2", "-k", "6", "-c", "40",
+                    "--kinds", "all", "--sync", sync, "--no-progress")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "100% disorder" in done.stdout
+    assert "outputs verified: 42 " in done.stdout      # 6 kinds x 4 ranks x 2, less reduce's
+
+
+def test_nccl_policy_deadlock_is_reported_across_nodes():
+    done = _mpiexec(4, 2, "-m", "pydfccl", "demo", "-i", "2", "-k", "4",
+                    "--policy", "nccl", "--watchdog", "5", "--no-progress")
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "wait-for cycle: rank 0 -> rank 3 -> rank 2 -> rank 1 -> rank 0" in done.stderr
+
+
+def _results(done) -> dict:
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = [json.loads(line[len("RESULT "):]) for line in done.stdout.splitlines()
+             if line.startswith("RESULT ")]
+    return {r["rank"]: r for r in lines}
+
+
+@pytest.mark.parametrize("per_node, pairs", [(1, {"ipc": 0, "mpi": 6}),
+                                             (2, {"ipc": 2, "mpi": 4})])
+def test_collectives_matrix_across_nodes(per_node, pairs):
+    results = _results(_mpiexec(4, per_node, str(HERE / "net_matrix.py"), timeout=600))
+    assert sorted(results) == [0, 1, 2, 3]
+    # 19 kinds x ops x dtypes (a reduce's output only at its root) and a transfer
+    assert sum(r["matched"] for r in results.values()) == 4 * 20 - 3 * 3
+    for r in results.values():
+        assert r["transports"] == pairs
+        assert r["net"]["received_slot"] > 0 and r["net"]["received_row"] > 0
+
+
+RING = """
+import json
+import numpy as np
+from mpi4py import MPI
+import pydfccl
+with pydfccl.Communicator.from_mpi(MPI.COMM_WORLD) as comm:
+    comm.prepare(0, "all_reduce", count=1000, dtype="float32")
+    comm.start()
+    for _ in range(3):
+        x = comm.empty(1000, "float32")
+        x[...] = comm.rank + 1
+        assert float(np.asarray(comm.run(0, x).result(timeout=120))[0]) == 10.0
+print("RESULT " + json.dumps(dict(rank=comm.rank, net=comm.world.net.stats)), flush=True)
+"""
+
+
+def test_a_pair_across_nodes_goes_through_mpi(tmp_path):
+    """A ring all-reduce on nodes {0, 1} and {2, 3}: ranks 1 and 3 send to the other node
+    (slots through their proxies), ranks 0 and 2 to their own (shared memory: no slot
+    through a proxy) and return the credit of what they receive across (heads)."""
+    script = tmp_path / "ring.py"
+    script.write_text(RING)
+    results = _results(_mpiexec(4, 2, str(script), timeout=300))
+    for rank in (1, 3):
+        assert results[rank]["net"]["sent_slot"] > 0
+        assert results[rank]["net"]["sent_head"] == 0
+    for rank in (0, 2):
+        assert results[rank]["net"]["sent_slot"] == 0
+        assert results[rank]["net"]["sent_head"] > 0
+        assert results[rank]["net"]["received_slot"] == results[rank - 1 + 4 * (rank == 0)][
+            "net"]["sent_slot"]
+
+
+STOPPED = """
+import os, signal, time
+import numpy as np
+from mpi4py import MPI
+import pydfccl
+comm = pydfccl.Communicator.from_mpi(MPI.COMM_WORLD)
+comm.prepare(0, "all_reduce", count=8, dtype="int64")
+comm.start()
+x = comm.empty(8, "int64")
+x[...] = 1
+comm.run(0, x).result(timeout=60)        # every rank ran: the heartbeats are watched
+if comm.rank == 3:
+    print(f"STOPPING {os.getpid()}", flush=True)
+    os.kill(os.getpid(), signal.SIGSTOP)     # stops with its peers' collective pending
+t0 = time.monotonic()
+try:
+    comm.run(0, x).result(timeout=120)
+    print("completed?!", flush=True)
+except pydfccl.PydfcclError as exc:
+    print(f"rank {comm.rank} after {time.monotonic() - t0:.0f} s: {exc}", flush=True)
+comm.close()
+"""
+
+
+def test_a_stopped_rank_on_another_node_is_named_on_every_rank(tmp_path):
+    """Rank 3 stops: ranks 0 and 1 (the other node) hear nothing from its proxy and name it
+    at the heartbeat timeout; rank 2 (its node), whose pid check sees a live process, learns
+    it from their report through the proxies. Nothing hangs: the test then kills rank 3."""
+    script = tmp_path / "stopped.py"
+    script.write_text(STOPPED)
+    proc = subprocess.Popen([MPIEXEC, "-n", "4", sys.executable, str(script)],
+                            env=_env(2, PYDFCCL_HEARTBEAT_TIMEOUT="3"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    lines, stopped = [], None
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline and sum(" after " in x for x in lines) < 3:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if line.startswith("STOPPING "):
+                stopped = int(line.split()[1])
+    finally:
+        if stopped is not None:
+            os.kill(stopped, signal.SIGKILL)
+        try:
+            proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+    reports = [x for x in lines if " after " in x]
+    assert len(reports) == 3, lines
+    for rank in (0, 1, 2):
+        line = next(x for x in reports if x.startswith(f"rank {rank} "))
+        assert "rank 3: no heartbeat for " in line, line
+        assert "on another node: nothing from its network proxy" in line, line
+        assert int(line.split(" after ")[1].split()[0]) <= 30, line

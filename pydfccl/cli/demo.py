@@ -31,6 +31,7 @@ from . import replay as schedule_replay
 from .chaos_buffers import ChaosBuffers
 from .exits import UsageError
 from .status_lines import StatusPrinter
+from ..transport.summary import net_stats, transports_line
 from .pictures import MARK_DEADLOCK, draw_timeline, draw_wait_graph
 from .options import (add_policy_options, check_backend, check_world_sizes, chosen_policy,
                       options_record, policy_label, policy_name, where)
@@ -152,6 +153,7 @@ def chaos_worker(comm, opts: DemoOptions) -> dict:
         status.stop()
     elapsed = time.perf_counter() - started
     out = dict(comm.stats(), verified=verified, seconds=elapsed,
+               transports=comm.world.transports(), net=net_stats(comm),
                collective_seconds=in_collectives, trace=None,   # a time per iteration
                fill_seconds=float(np.sum(filling)), check_seconds=float(np.sum(checking)))
     if opts.trace:      # the host marks on the daemon's clock, and how far they moved
@@ -209,6 +211,7 @@ def summarize(opts: DemoOptions, per_rank: list[dict]) -> str:
         rows.append(f"{r['rank']:>4} {r['verified']:>8} {r['preemptions']:>8} "
                     f"{r['relaunches']:>8} {r['steps']:>8}")
     total = sum(r["verified"] for r in per_rank)
+    rows.append(transports_line(per_rank))
     fill = np.mean([r["fill_seconds"] for r in per_rank])
     check = np.mean([r["check_seconds"] for r in per_rank])
     rows.append(f"iterations: {iters}; outputs verified: {total} "

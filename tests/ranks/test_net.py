@@ -42,6 +42,7 @@ def test_demo_across_emulated_nodes_verifies_every_output(sync):
     assert done.returncode == 0, done.stdout + done.stderr
     assert "100% disorder" in done.stdout
     assert "outputs verified: 42 " in done.stdout      # 6 kinds x 4 ranks x 2, less reduce's
+    assert "pairs: 2 ipc, 4 mpi (the network proxies sent " in done.stdout
 
 
 def test_nccl_policy_deadlock_is_reported_across_nodes():

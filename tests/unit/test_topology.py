@@ -90,3 +90,12 @@ def test_ranks_on_two_hosts_pass_under_mpi_and_are_refused_without():
         check_one_host(["a", "b"])
     assert not over_mpi(_Group(0, 2))
 
+
+def test_pairs_by_transport():
+    from pydfccl.host.world import pair_transports
+    from pydfccl.transport.summary import describe_transports
+
+    assert pair_transports([0, 0, 1, 1]) == {"ipc": 2, "mpi": 4}
+    assert describe_transports(pair_transports([0, 0, 1, 1])) == "pairs: 2 ipc, 4 mpi"
+    assert describe_transports(pair_transports([0, 1, 2])) == "pairs: 3 mpi"
+    assert describe_transports(pair_transports([0])) == "pairs: none"

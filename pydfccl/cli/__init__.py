@@ -22,7 +22,8 @@ SUBCOMMANDS = {
     "bench": ("pydfccl.cli.sweep", "nccl-tests-style size sweep against baselines; "
                                    "'bench latency' for small-message latency, "
                                    "'bench startup' for a fresh process's start-up, "
-                                   "'bench registration' for prepare + start of many"),
+                                   "'bench registration' for prepare + start of many, "
+                                   "'bench net' (under mpiexec) across nodes"),
     "teach": ("pydfccl.cli.teach", "a deadlock a student can watch: NCCL-style, then dfccl, "
                                    "narrated, with pictures"),
     "risk": ("pydfccl.sched.risk", "the paper's deadlock-risk study (no GPU needed)"),

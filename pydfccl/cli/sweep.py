@@ -162,6 +162,10 @@ def main(argv: list[str]) -> int:
     if argv and argv[0] == "startup":          # fresh processes to the first result
         from .startup import main as startup_main
         return startup_main(argv[1:])
+    from ..bootstrap.mpi import in_mpi_job
+    if (argv and argv[0] == "net") or in_mpi_job():   # a rank of an mpiexec job
+        from .bench_net import main as net_main
+        return net_main(argv[1:] if argv and argv[0] == "net" else argv)
     args = build_parser().parse_args(argv)
     opts, overrides = _options(args)
     driver = _driver(args)

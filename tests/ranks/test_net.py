@@ -52,6 +52,16 @@ def test_nccl_policy_deadlock_is_reported_across_nodes():
     assert "wait-for cycle: rank 0 -> rank 3 -> rank 2 -> rank 1 -> rank 0" in done.stderr
 
 
+def test_bench_under_mpiexec_shows_network_ipc_and_mpi_rows():
+    done = _mpiexec(4, 2, "-m", "pydfccl", "bench", "--bytes", "8,512", "--iters", "2")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "4 ranks, pairs: 2 ipc, 4 mpi; ipc: pydfccl on 4 ranks without the network" \
+        in done.stdout
+    assert "dfccl net us  dfccl ipc us  mpi4py us" in done.stdout
+    rows = [line.split() for line in done.stdout.splitlines() if line.strip()[:1].isdigit()]
+    assert [int(r[0]) for r in rows] == [8, 512] and all(len(r) == 5 for r in rows)
+
+
 def _results(done) -> dict:
     assert done.returncode == 0, done.stdout + done.stderr
     lines = [json.loads(line[len("RESULT "):]) for line in done.stdout.splitlines()

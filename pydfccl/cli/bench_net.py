@@ -1,0 +1,156 @@
+"""All-reduce times across nodes, under mpiexec: ``mpiexec -n N python -m pydfccl bench net``.
+
+In one run, for each size: pydfccl on the job's ranks as they are placed (pairs across
+nodes through the network proxy; ``PYDFCCL_RANKS_PER_NODE`` emulates nodes), pydfccl over
+shared memory or CUDA IPC only (the whole job when its ranks are on one machine, else each
+node's ranks), and mpi4py's own ``Allreduce`` on host buffers of the same size. Each row is
+the median over iterations of the slowest rank's time from ``run()`` to its result (for
+MPI, one ``Allreduce``). ``python -m pydfccl bench`` under mpiexec runs this.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import numpy as np
+
+from .. import platform
+from ..bootstrap.topology import RANKS_PER_NODE, node_indices, rank_hosts
+from ..host.gcpause import gc_paused
+from ..transport.summary import describe_transports
+from .exits import UsageError
+from .options import where
+
+__all__ = ["build_parser", "net_sizes", "main"]
+
+
+def net_sizes() -> list[int]:
+    """Bytes of each all-reduce by default: 8 B to 64 MiB by 4x on a GPU, 8 B to 4 KiB on
+    the simulator (whose steps take milliseconds)."""
+    top = 64 << 20 if platform.gpu_available() else 4096
+    sizes, size = [], 8
+    while size <= top:
+        sizes.append(size)
+        size *= 4 if platform.gpu_available() else 8
+    return sizes
+
+
+def _slowest(group, times: np.ndarray) -> float:
+    """The median over iterations of the slowest rank's time, in microseconds."""
+    return float(np.median(np.max(group.allgather(times), axis=0)) * 1e6)
+
+
+def _dfccl_times(group, sizes: list[int], iters: int, warmup: int, dtype: str) -> tuple:
+    """{bytes: median us} of pydfccl all-reduces on ``group``'s ranks, and the pairs by
+    transport."""
+    from ..host.communicator import Communicator
+
+    itemsize = np.dtype(dtype).itemsize
+    out = {}
+    with Communicator.from_mpi(group, max_colls=max(len(sizes), 2)) as comm:
+        for k, size in enumerate(sizes):
+            comm.prepare(k, "all_reduce", count=size // itemsize, dtype=dtype)
+        comm.start()
+        want = group.size * (group.size + 1) // 2
+        for k, size in enumerate(sizes):
+            x = comm.empty(size // itemsize, dtype)
+            times = np.empty(iters)
+            with gc_paused():
+                for i in range(warmup + iters):
+                    platform.copy_in(x, np.full(size // itemsize, comm.rank + 1, dtype))
+                    group.Barrier()
+                    t0 = time.perf_counter()
+                    y = comm.run(k, x).result(timeout=600)
+                    if i >= warmup:
+                        times[i - warmup] = time.perf_counter() - t0
+            got = platform.to_numpy(y, dtype)
+            if not np.all(got == want):
+                raise AssertionError(f"rank {comm.rank}: wrong all-reduce of {size} bytes")
+            out[size] = _slowest(group, times)
+        pairs = describe_transports(comm.world.transports())
+    return out, pairs
+
+
+def _mpi_times(group, sizes: list[int], iters: int, warmup: int, dtype: str) -> dict:
+    """{bytes: median us} of mpi4py's ``Allreduce`` on host numpy buffers."""
+    from mpi4py import MPI
+
+    out = {}
+    for size in sizes:
+        x = np.full(size // np.dtype(dtype).itemsize, group.rank + 1, dtype)
+        y = np.empty_like(x)
+        times = np.empty(iters)
+        with gc_paused():
+            for i in range(warmup + iters):
+                group.Barrier()
+                t0 = time.perf_counter()
+                group.Allreduce(x, y, op=MPI.SUM)
+                if i >= warmup:
+                    times[i - warmup] = time.perf_counter() - t0
+        out[size] = _slowest(group, times)
+    return out
+
+
+def _ipc_group(world):
+    """The ranks that reach each other without the network: the whole job when all its
+    processes are on one machine (nodes emulated or none), else each node's ranks; and
+    how to name them."""
+    from mpi4py import MPI
+
+    local = world.Split_type(MPI.COMM_TYPE_SHARED)
+    one_machine = world.allreduce(local.size, op=MPI.MIN) == world.size
+    local.Free()
+    if one_machine:
+        return world.Dup(), f"{world.size} ranks"
+    nodes = node_indices(rank_hosts(world))
+    mine = world.Split(nodes[world.rank], world.rank)
+    return mine, f"each node's {mine.size} ranks"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    gpu = platform.gpu_available()
+    p = argparse.ArgumentParser(prog="mpiexec -n N python -m pydfccl bench net",
+                                description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--bytes", default=None,
+                   help="comma-separated sizes in bytes (default: 8 B to 64 MiB on a GPU, "
+                        "to 4 KiB on the simulator)")
+    p.add_argument("--iters", type=int, default=50 if gpu else 5)
+    p.add_argument("-w", "--warmup", type=int, default=5 if gpu else 1)
+    p.add_argument("-d", "--dtype", default="float32")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    from mpi4py import MPI
+
+    args = build_parser().parse_args(argv)
+    itemsize = np.dtype(args.dtype).itemsize
+    sizes = ([int(s) for s in args.bytes.split(",")] if args.bytes else net_sizes())
+    if args.iters < 1 or args.warmup < 0 or any(s < itemsize or s % itemsize for s in sizes):
+        raise UsageError(f"--iters at least 1, --warmup at least 0, and every size a "
+                         f"positive multiple of {itemsize} bytes ({args.dtype})")
+    world = MPI.COMM_WORLD
+    net, pairs = _dfccl_times(world, sizes, args.iters, args.warmup, args.dtype)
+    ipc_group, ipc_name = _ipc_group(world)
+    emulated = os.environ.pop(RANKS_PER_NODE, None)     # its ranks are one node
+    try:
+        ipc, _ = _dfccl_times(ipc_group, sizes, args.iters, args.warmup, args.dtype)
+    finally:
+        if emulated is not None:
+            os.environ[RANKS_PER_NODE] = emulated
+    mpi = _mpi_times(world, sizes, args.iters, args.warmup, args.dtype)
+    if world.rank == 0:
+        print(f"all-reduce across nodes on the {where()}: {world.size} ranks, {pairs}; "
+              f"ipc: pydfccl on {ipc_name} without the network; mpi: mpi4py Allreduce on "
+              f"host buffers; median of the slowest rank over {args.iters} runs after "
+              f"{args.warmup} warm-up")
+        print(f"{'bytes':>10} {'dfccl net us':>13} {'dfccl ipc us':>13} {'mpi4py us':>10} "
+              f"{'net/mpi':>8}")
+        for size in sizes:
+            print(f"{size:>10} {net[size]:>13.1f} {ipc[size]:>13.1f} {mpi[size]:>10.1f} "
+                  f"{net[size] / mpi[size]:>8.2f}", flush=True)
+    ipc_group.Free()
+    return 0

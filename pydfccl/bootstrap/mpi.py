@@ -104,8 +104,16 @@ def _start_proxy(group, world) -> None:
     from mpi4py import MPI
 
     from .. import platform
+    from ..log import logger
     from ..transport.proxy import NetProxy
+    from .topology import ring_crossings
 
+    crossings, fewest = ring_crossings(world.nodes)
+    if crossings > fewest and group.rank == 0:
+        logger.warning("the ring of ranks 0, 1, ..., %d crosses between nodes %d times where "
+                       "%d would do: place each node's ranks in a block (mpiexec -ppn K) so "
+                       "that collectives cross the network less", group.size - 1, crossings,
+                       fewest)
     if MPI.Query_thread() != MPI.THREAD_MULTIPLE:
         raise RuntimeError("the network proxy needs MPI_THREAD_MULTIPLE (mpi4py asks for it "
                            "unless mpi4py.rc.thread_level says otherwise)")

@@ -22,7 +22,7 @@ import socket
 from ..errors import SpansHostsError
 
 __all__ = ["RANKS_PER_NODE", "ranks_per_node", "this_host", "rank_hosts", "check_one_host",
-           "node_indices", "over_mpi"]
+           "node_indices", "over_mpi", "ring_crossings"]
 
 RANKS_PER_NODE = "PYDFCCL_RANKS_PER_NODE"
 
@@ -95,6 +95,16 @@ def node_indices(hosts: list[str]) -> list[int]:
     comes: ``["b", "b", "a"]`` gives ``[0, 0, 1]``."""
     numbers: dict[str, int] = {}
     return [numbers.setdefault(host, len(numbers)) for host in hosts]
+
+
+def ring_crossings(nodes: list[int]) -> tuple[int, int]:
+    """(times the ring r -> r + 1 crosses from one node to another, the fewest any order
+    of these ranks could): the rings follow the ranks, so ranks placed on nodes in blocks
+    cross once per node, and ranks placed round-robin at every step."""
+    n = len(nodes)
+    crossings = sum(nodes[r] != nodes[(r + 1) % n] for r in range(n))
+    distinct = len(set(nodes))
+    return crossings, (distinct if distinct > 1 else 0)
 
 
 def over_mpi(group) -> bool:

@@ -99,3 +99,12 @@ def test_pairs_by_transport():
     assert describe_transports(pair_transports([0, 0, 1, 1])) == "pairs: 2 ipc, 4 mpi"
     assert describe_transports(pair_transports([0, 1, 2])) == "pairs: 3 mpi"
     assert describe_transports(pair_transports([0])) == "pairs: none"
+
+
+def test_a_ring_in_blocks_crosses_once_per_node():
+    from pydfccl.bootstrap.topology import ring_crossings
+
+    assert ring_crossings([0, 0, 1, 1]) == (2, 2)
+    assert ring_crossings([0, 1, 0, 1]) == (4, 2)      # round-robin: every step
+    assert ring_crossings([0, 0, 0]) == (0, 0)
+    assert ring_crossings([0, 1, 2]) == (3, 3)

@@ -100,8 +100,11 @@ class NetProxy:
         self._thread.join(CLOSE_WAIT_S + 5)
 
     def _run(self) -> None:
+        from .. import platform
+
         next_row = 0.0
         try:
+            platform.bind_thread()      # its copies into the pool: the process's GPU
             while not self._stop.is_set():
                 busy = self._forward() + self._receive()
                 now = time.monotonic()

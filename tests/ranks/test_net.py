@@ -114,6 +114,41 @@ def test_a_pair_across_nodes_goes_through_mpi(tmp_path):
             "net"]["sent_slot"]
 
 
+LATE = """
+import json
+import numpy as np
+from mpi4py import MPI
+import pydfccl
+with pydfccl.Communicator.from_mpi(MPI.COMM_WORLD) as comm:
+    comm.prepare(0, "all_reduce", count=8, dtype="int64")
+    comm.start()
+    x = comm.empty(8, "int64")
+    x[...] = 1
+    comm.run(0, x).result(timeout=60)
+    comm.prepare(1, "all_gather", count=4, dtype="int64")     # after start: published in
+    comm.prepare(2, "all_reduce", count=4, dtype="float32")   # the rows, one-shot
+    y = comm.empty(4, "int64")
+    y[...] = comm.rank
+    z = comm.empty(4, "float32")
+    z[...] = comm.rank + 1
+    gathered = comm.run(1, y, comm.empty(16, "int64")).result(timeout=120)
+    reduced = comm.run(2, z).result(timeout=120)
+    print("RESULT " + json.dumps(dict(rank=comm.rank, gathered=np.asarray(gathered).tolist(),
+                                      reduced=np.asarray(reduced).tolist())), flush=True)
+"""
+
+
+def test_late_registrations_meet_across_nodes(tmp_path):
+    """Collectives prepared after start() are matched through the peers' published
+    registrations, which reach other nodes in the proxies' copies of the rows."""
+    script = tmp_path / "late.py"
+    script.write_text(LATE)
+    results = _results(_mpiexec(4, 1, str(script), timeout=300))
+    for r in results.values():
+        assert r["gathered"] == [0] * 4 + [1] * 4 + [2] * 4 + [3] * 4
+        assert r["reduced"] == [10.0] * 4
+
+
 STOPPED = """
 import os, signal, time
 import numpy as np

@@ -211,7 +211,6 @@ def summarize(opts: DemoOptions, per_rank: list[dict]) -> str:
         rows.append(f"{r['rank']:>4} {r['verified']:>8} {r['preemptions']:>8} "
                     f"{r['relaunches']:>8} {r['steps']:>8}")
     total = sum(r["verified"] for r in per_rank)
-    rows.append(transports_line(per_rank))
     fill = np.mean([r["fill_seconds"] for r in per_rank])
     check = np.mean([r["check_seconds"] for r in per_rank])
     rows.append(f"iterations: {iters}; outputs verified: {total} "
@@ -226,7 +225,8 @@ def summarize(opts: DemoOptions, per_rank: list[dict]) -> str:
                 f"{1e3 * check / max(iters, 1):.2f} ms, and waiting for the other ranks' "
                 f"host work); "
                 f"that time's median iteration {1e3 * np.median(each):.2f} ms, the first "
-                f"{1e3 * each[0]:.2f} ms (warm-up: first calls, first launches)")
+                f"{1e3 * each[0]:.2f} ms (warm-up: first calls, first launches)"
+                + (f"; {transports_line(per_rank)}" if "transports" in per_rank[0] else ""))
     return "\n".join(rows)
 
 

@@ -21,7 +21,8 @@ def net_stats(comm) -> dict | None:
 
 def transports_line(per_rank: list[dict]) -> str:
     """The pairs by transport and, where a proxy ran, the slots and heads the proxies sent
-    (every rank's ``transports`` and ``net``, as the demo's workers return them)."""
+    (every rank's ``transports`` and ``net``, as the demo's workers return them): the end
+    of the demo's summary line."""
     line = describe_transports(per_rank[0]["transports"])
     nets = [r["net"] for r in per_rank if r.get("net")]
     if nets:

@@ -1,0 +1,176 @@
+"""The network proxy's messages, without MPI: each rank's world in this process, the
+proxies joined by an in-memory stand-in for a communicator, their steps driven by hand.
+What a daemon writes in the shadow of a peer on another node arrives in that peer's own
+pool at the same place (the data, then the counter), a one-shot all_reduce's lane alone;
+heads come back; a row reaches its replica, and an abort its report."""
+
+import collections
+import time
+import types
+
+import numpy as np
+import pytest
+
+from pydfccl.host.world import World, WorldConfig
+from pydfccl.protocol import layout as L
+from pydfccl.protocol.collectives import ONE_SHOT
+from pydfccl.transport.proxy import NetProxy
+
+
+class _Request:
+    def __init__(self, test):
+        self.Test = test
+
+    def Cancel(self):
+        pass
+
+    def Wait(self):
+        pass
+
+
+class _Status:
+    def __init__(self):
+        self.count = 0
+
+    def Get_count(self, datatype=None):
+        return self.count
+
+
+MPI = types.SimpleNamespace(BYTE="byte", Status=_Status)
+
+
+class _Comm:
+    """Rank ``rank``'s end of in-memory queues, one a (source, destination) pair."""
+
+    def __init__(self, rank, queues):
+        self.rank, self.queues = rank, queues
+
+    def Isend(self, spec, dest, tag):
+        self.queues[(self.rank, dest)].append(bytes(spec[0]))
+        return _Request(lambda status=None: True)
+
+    def Irecv(self, spec, source, tag):
+        buf, queue = spec[0], self.queues[(source, self.rank)]
+
+        def test(status=None):
+            if not queue:
+                return False
+            message = queue.popleft()
+            buf[:len(message)] = np.frombuffer(message, np.uint8)
+            status.count = len(message)
+            return True
+        return _Request(test)
+
+
+NODES = [0, 1, 1]
+
+
+@pytest.fixture
+def ranks(monkeypatch):
+    """Three ranks: 0 on node 0, 1 and 2 on node 1 (here each in its own memory). Their
+    memory is the simulator's, whichever backend this process imported."""
+    from pydfccl.host import world as world_module
+    from pydfccl.platform.simulator import SimulatedBuffer
+
+    monkeypatch.setattr(world_module, "HostBuffer", SimulatedBuffer)
+    monkeypatch.setattr(world_module, "DeviceBuffer", SimulatedBuffer)
+    monkeypatch.setattr(world_module, "backend",
+                        types.SimpleNamespace(device_memory_is_host=True))
+    cfg = WorldConfig(3, simulator=True)
+    queues = collections.defaultdict(collections.deque)
+    worlds, proxies = [], []
+    for r in range(3):
+        world = World(cfg, ctl_mem=np.zeros(cfg.ctl_bytes, np.uint8),
+                      pool_mem=np.zeros(3 * cfg.pool_bytes, np.uint8), nodes=NODES,
+                      nodes_of=r)
+        proxy = NetProxy(world, r, _Comm(r, queues), mpi=MPI)
+        for p in proxy.peers:
+            proxy._post_recv(p)
+        worlds.append(world)
+        proxies.append(proxy)
+    return cfg, worlds, proxies
+
+
+def _conn(cfg, conn):
+    return L.HEADER_BYTES + conn * cfg.conn_stride
+
+
+def _word(buf, offset, value=None):
+    words = buf.array[offset:offset + 8].view(np.int64)
+    if value is not None:
+        words[0] = value
+    return int(words[0])
+
+
+def test_only_peers_on_other_nodes_have_shadows_and_proxies(ranks):
+    cfg, worlds, proxies = ranks
+    assert [p.peers for p in proxies] == [[1, 2], [0], [0]]
+    assert worlds[0].transports() == {"ipc": 1, "mpi": 2}
+    assert worlds[0].peers.read(0, 24).view(np.int64)[1] == worlds[0].pools[1].addr
+
+
+def test_a_slot_and_its_tail_arrive_in_the_peers_pool_and_a_head_comes_back(ranks):
+    cfg, worlds, proxies = ranks
+    base = _conn(cfg, 3)
+    slot = base + L.CONN_HEADER_BYTES + 1 * cfg.slot_bytes      # slot 1: the second sent
+    shadow = worlds[0].pools[1]                     # rank 0 sends to rank 1
+    for value, fill in ((1, 7), (2, 9)):
+        at = base + L.CONN_HEADER_BYTES + (value - 1) * cfg.slot_bytes
+        shadow.array[at:at + cfg.slot_bytes] = fill
+    _word(shadow, base + L.CONN_TAIL, 2)
+    assert proxies[0]._forward() == 1
+    assert proxies[0].stats["sent_slot"] == 2       # one message a slot the tail covers
+    own = worlds[1].pools[1]
+    assert _word(own, base + L.CONN_TAIL) == 0      # nothing before it is received
+    assert proxies[1]._receive() == 2
+    assert _word(own, base + L.CONN_TAIL) == 2
+    assert np.all(own.array[slot:slot + cfg.slot_bytes] == 9)
+    assert not np.any(worlds[2].pools[1].array)     # rank 2's copy of 1: untouched
+    _word(worlds[1].pools[0], base + L.CONN_HEAD, 2)        # rank 1 consumed both
+    assert proxies[1]._forward() == 1 and proxies[0]._receive() == 1
+    assert _word(worlds[0].pools[0], base + L.CONN_HEAD) == 2
+    assert proxies[0]._forward() == 0                # nothing moved since
+
+
+def test_a_one_shot_lane_carries_its_share_of_the_slot_alone(ranks):
+    """Rank 0 is rank 2's sender at distance 1 (lane 0) of a one-shot set: its message
+    writes lane 0 only, leaving lane 1 (rank 1's, at distance 2) as it was."""
+    cfg, worlds, proxies = ranks
+    entry = np.zeros(1, L.COLL_ENTRY)
+    entry["kind"], entry["conn"] = ONE_SHOT, 5
+    worlds[0].pools[0].write(L.P_COLLS, entry)
+    lane = cfg.slot_bytes // 2 // 16 * 16
+    base = _conn(cfg, 5)
+    slot = base + L.CONN_HEADER_BYTES
+    worlds[2].pools[2].array[slot:slot + cfg.slot_bytes] = 5       # lane 1 already there
+    worlds[0].pools[2].array[slot:slot + cfg.slot_bytes] = 1
+    _word(worlds[0].pools[2], base + L.CONN_TAIL, 1)
+    proxies[0]._forward()
+    proxies[2]._receive()
+    got = worlds[2].pools[2].array[slot:slot + cfg.slot_bytes]
+    assert np.all(got[:lane] == 1) and np.all(got[lane:] == 5)
+    assert _word(worlds[2].pools[2], base + L.CONN_TAIL) == 1
+
+
+def test_a_row_reaches_its_replica_and_an_abort_its_report(ranks):
+    cfg, worlds, proxies = ranks
+    row = worlds[0].ctl[0:1]
+    row["heartbeat"], row["pid"], row["host_submitted"] = 12345, 4321, 7
+    row["blocks"]["progress"][0, 0] = 99
+    proxies[0]._send_row()
+    before = time.monotonic_ns()
+    proxies[1]._receive()
+    replica = worlds[1].ctl[0]
+    assert replica["pid"] == 4321 and replica["host_submitted"] == 7
+    assert replica["blocks"]["progress"][0] == 99
+    assert replica["heartbeat"] >= before and replica["pid_ns"] == -1
+    assert worlds[1].ctl["abort"][0] == 0
+    worlds[0].abort_with("deadlock: a cycle (seen by rank 0)")
+    proxies[0]._forward_abort()
+    proxies[0]._forward_abort()                     # once
+    assert proxies[0].stats["sent_abort"] == 2      # to ranks 1 and 2
+    proxies[2]._receive()
+    assert worlds[2].get_report() == "deadlock: a cycle (seen by rank 0)"
+    assert worlds[2].ctl["abort"].all()
+    proxies[2]._forward_abort()
+    assert proxies[2].stats["sent_abort"] == 0      # its sender told every node

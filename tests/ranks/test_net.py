@@ -160,7 +160,8 @@ comm.start()
 x = comm.empty(8, "int64")
 x[...] = 1
 comm.run(0, x).result(timeout=60)        # every rank ran: the heartbeats are watched
-if comm.rank == 3:
+MPI.COMM_WORLD.Barrier()                 # and every rank has its result (rank 3's proxy
+if comm.rank == 3:                       # sent its last slots before it stops)
     print(f"STOPPING {os.getpid()}", flush=True)
     os.kill(os.getpid(), signal.SIGSTOP)     # stops with its peers' collective pending
 t0 = time.monotonic()
@@ -179,29 +180,32 @@ def test_a_stopped_rank_on_another_node_is_named_on_every_rank(tmp_path):
     it from their report through the proxies. Nothing hangs: the test then kills rank 3."""
     script = tmp_path / "stopped.py"
     script.write_text(STOPPED)
-    proc = subprocess.Popen([MPIEXEC, "-n", "4", sys.executable, str(script)],
-                            env=_env(2, PYDFCCL_HEARTBEAT_TIMEOUT="3"), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    out = tmp_path / "out.txt"
+    with open(out, "w") as sink:
+        proc = subprocess.Popen([MPIEXEC, "-n", "4", sys.executable, str(script)],
+                                env=_env(2, PYDFCCL_HEARTBEAT_TIMEOUT="3"), stdout=sink,
+                                stderr=subprocess.STDOUT, text=True)
     lines, stopped = [], None
     deadline = time.monotonic() + 120
     try:
-        while time.monotonic() < deadline and sum(" after " in x for x in lines) < 3:
-            line = proc.stdout.readline()
-            if not line:
+        while time.monotonic() < deadline and proc.poll() is None:
+            lines = out.read_text().splitlines()
+            stopped = next((int(x.split()[1]) for x in lines if x.startswith("STOPPING ")),
+                           None)
+            if sum(" after " in x for x in lines) >= 3:
                 break
-            lines.append(line)
-            if line.startswith("STOPPING "):
-                stopped = int(line.split()[1])
+            time.sleep(0.5)
     finally:
         if stopped is not None:
-            os.kill(stopped, signal.SIGKILL)
+            os.kill(stopped, signal.SIGKILL)     # MPI's finalize waits for it otherwise
         try:
-            proc.communicate(timeout=30)
+            proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             proc.kill()
-            proc.communicate()
+            proc.wait()
+    lines = out.read_text().splitlines()
     reports = [x for x in lines if " after " in x]
-    assert len(reports) == 3, lines
+    assert len(reports) == 3, "\n".join(lines)
     for rank in (0, 1, 2):
         line = next(x for x in reports if x.startswith(f"rank {rank} "))
         assert "rank 3: no heartbeat for " in line, line

@@ -218,6 +218,10 @@ class Communicator:
     def _share_slots(self, per_rank: list) -> None:
         """More collectives than slots: bound to slots as their runs come (slots.py)."""
         cfg = self.world.config
+        if self.world.remote:      # the leader's rings live in one host's shared memory
+            raise ValueError(f"the collectives need more than WorldConfig.max_colls = "
+                             f"{cfg.max_colls} slots, and shared slots need every rank on "
+                             "one host: prepare at most max_colls collectives, or raise it")
         need = members(per_rank, self.nranks)
         widest = max((width for width, _ in need.values()), default=1)
         if widest > cfg.max_colls:

@@ -211,3 +211,24 @@ def test_a_stopped_rank_on_another_node_is_named_on_every_rank(tmp_path):
         assert "rank 3: no heartbeat for " in line, line
         assert "on another node: nothing from its network proxy" in line, line
         assert int(line.split(" after ")[1].split()[0]) <= 30, line
+
+
+MORE_THAN_SLOTS = """
+from mpi4py import MPI
+import pydfccl
+comm = pydfccl.Communicator.from_mpi(MPI.COMM_WORLD, max_colls=4)
+for coll_id in range(6):
+    comm.prepare(coll_id, "all_reduce", count=4, dtype="int64")
+comm.start()
+"""
+
+
+def test_more_collectives_than_slots_across_nodes_is_refused_at_start(tmp_path):
+    """Shared slots are granted through one host's shared memory: across nodes, start()
+    refuses them by name on every rank rather than leaving the runs waiting."""
+    script = tmp_path / "more_than_slots.py"
+    script.write_text(MORE_THAN_SLOTS)
+    done = _mpiexec(2, 1, str(script), timeout=240)
+    assert done.returncode != 0
+    assert done.stderr.count("shared slots need every rank on one host") == 2, \
+        done.stderr[-3000:]

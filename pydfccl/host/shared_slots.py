@@ -84,23 +84,25 @@ class SharedSlots:
                 self._late_backlog.append(record)
 
     def _publish(self, record: tuple) -> bool:
-        row = self._row
-        k = self._published
-        if k - int(row["late_seen"][0]) >= L.LATE_CAP:
+        if not self._append("late", L.LATE_CAP, self._published, record):
             return False
-        row["late"][0, k % L.LATE_CAP] = record
-        self._published = k + 1
-        row["late_head"][0] = k + 1         # last: the leader reads the entry after it
+        self._published += 1
         return True
 
     def _request(self, coll_id: int) -> bool:
-        row = self._row
-        k = self._asked
-        if k - int(row["req_seen"][0]) >= L.REQUEST_CAP:
+        if not self._append("req", L.REQUEST_CAP, self._asked, coll_id):
             return False
-        row["req"][0, k % L.REQUEST_CAP] = coll_id
-        self._asked = k + 1
-        row["req_head"][0] = k + 1          # last: the leader reads the entry after it
+        self._asked += 1
+        return True
+
+    def _append(self, ring: str, cap: int, k: int, entry) -> bool:
+        """Write entry ``k`` of one of the rank's rings in its control row (``ring``, its
+        ``_head`` and the leader's ``_seen``); False while the ring is full."""
+        row = self._row
+        if k - int(row[f"{ring}_seen"][0]) >= cap:
+            return False
+        row[ring][0, k % cap] = entry
+        row[f"{ring}_head"][0] = k + 1      # last: the leader reads the entry after it
         return True
 
     def completed(self, slot: int) -> None:

@@ -38,8 +38,8 @@ def test_memory_does_not_grow_with_registrations():
     few, many = (pydfccl.launch(many_workers.run_many, 2, args=(n, 0, 0, 0, True),
                                 timeout=300) for n in (8, 10_000))
     for a, b in zip(few, many):
-        assert a["stats"]["device_bytes"] == b["stats"]["device_bytes"]
-        assert a["stats"]["pinned_bytes"] == b["stats"]["pinned_bytes"]
+        assert a["stats"]["device_bytes"] == b["stats"]["device_bytes"] > 0
+        assert a["stats"]["pinned_bytes"] == b["stats"]["pinned_bytes"] > 0
 
 
 def test_crossed_runs_of_shared_slots_complete_under_nccl():

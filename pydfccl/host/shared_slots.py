@@ -183,16 +183,13 @@ class SharedSlots:
         context and run counters, the completion counters, and the connector counters
         (tail and head words, every lane) of its connector set in this pool; then the
         table ``entry`` of the collective bound there, if this rank runs it."""
-        pool, nblocks = self._pool, self._nblocks
-        task = np.zeros(1, L.TASK)
-        for b in range(nblocks):
-            pool.write(L.P_TASKS + (b * L.MAX_COLLS + slot) * L.TASK_SIZE, task)
-        pool.write(L.P_DONE + slot * L.RUNS_IN_FLIGHT * 8, np.zeros(L.RUNS_IN_FLIGHT, np.int64))
-        header = np.zeros(L.CONN_HEADER_BYTES, np.uint8)
-        for b in range(nblocks):
-            pool.write(L.HEADER_BYTES + (slot * nblocks + b) * self._conn_stride, header)
-        if entry is not None:
-            pool.write(L.P_COLLS + slot * L.COLL_SIZE, entry)
+        nblocks, done = self._nblocks, L.RUNS_IN_FLIGHT * 8
+        self._pool.zero_rows([    # (offset, pitch, width, rows); one wait for all of it
+            (L.P_TASKS + slot * L.TASK_SIZE, L.MAX_COLLS * L.TASK_SIZE, L.TASK_SIZE, nblocks),
+            (L.P_DONE + slot * done, done, done, 1),
+            (L.HEADER_BYTES + slot * nblocks * self._conn_stride, self._conn_stride,
+             L.CONN_HEADER_BYTES, nblocks)],
+            write=None if entry is None else (L.P_COLLS + slot * L.COLL_SIZE, entry))
 
     def _all_reset(self, first: int, published: np.ndarray) -> bool:
         """Every rank of the binding at ``first`` has reset each of its slots for it (the

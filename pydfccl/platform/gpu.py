@@ -43,6 +43,14 @@ class GpuDeviceBuffer:
         raw = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
         streams.host_to_device(self._dev[offset:offset + raw.size], raw)
 
+    def zero_rows(self, regions, write=None) -> None:
+        """Zero each ``(offset, pitch, width, rows)`` region, then copy ``write`` (``(offset,
+        data)``) in, with one wait for all of it."""
+        if write is not None:
+            offset, data = write
+            write = (offset, np.ascontiguousarray(data).view(np.uint8).reshape(-1))
+        streams.zero_rows(self.addr, regions, write)
+
     def read(self, offset: int, nbytes: int) -> np.ndarray:
         """Copy bytes out (the trace drain reads the event rings with this), through pinned
         memory on pydfccl's copy stream."""

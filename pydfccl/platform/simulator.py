@@ -31,6 +31,22 @@ class SimulatedBuffer:
         raw = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
         self.array[offset:offset + raw.size] = raw
 
+    def zero_rows(self, regions, write=None) -> None:
+        """Zero each ``(offset, pitch, width, rows)`` region (``rows`` runs of ``width``
+        bytes, ``pitch`` apart), then ``write`` (``(offset, data)``), if given."""
+        for offset, pitch, width, rows in regions:
+            if rows <= 0:
+                continue
+            end = offset + (rows - 1) * pitch + width
+            if offset < 0 or pitch < width or end > self.array.size:
+                raise IndexError(f"region ({offset}, {pitch}, {width}, {rows}) is not "
+                                 f"inside {self.array.size} bytes")
+            view = np.lib.stride_tricks.as_strided(self.array[offset:], (rows, width),
+                                                   (pitch, 1), writeable=True)
+            view[...] = 0
+        if write is not None:
+            self.write(*write)
+
     def read(self, offset: int, nbytes: int) -> np.ndarray:
         return self.array[offset:offset + nbytes].copy()
 

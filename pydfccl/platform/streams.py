@@ -18,7 +18,7 @@ from numba import cuda
 from .driver import driver_result
 
 __all__ = ["StreamWriteOps", "new_stream", "destroy_stream", "copy_stream", "host_to_device",
-           "device_to_host", "zero_device", "memset_words", "flat_bytes", "STAGING_BYTES"]
+           "device_to_host", "zero_device", "zero_rows", "memset_words", "flat_bytes", "STAGING_BYTES"]
 
 
 def new_stream():
@@ -104,6 +104,29 @@ def zero_device(addr: int, nbytes: int) -> None:
     driver_result(driver.cuMemsetD8Async(addr, 0, nbytes, stream._pydfccl_handle),
                   "cuMemsetD8Async")
     stream.synchronize()
+
+
+def zero_rows(addr: int, regions, write=None) -> None:
+    """Zero each region ``(offset, pitch, width, rows)`` of the device memory at ``addr``
+    (``rows`` runs of ``width`` bytes, ``pitch`` apart), then copy ``write`` (``(offset,
+    flat uint8 array)``, at most STAGING_BYTES) there, on the copy stream, and wait once:
+    a shared slot's reset is three strided regions and a table entry, and a synchronous copy
+    a row made it hundreds of waits, each handing the GIL to the threads spinning on
+    results."""
+    from cuda.bindings import driver
+
+    pinned, lock, stream = _staged()
+    handle = stream._pydfccl_handle
+    with lock:                       # the staging memory is the process's
+        for offset, pitch, width, rows in regions:
+            driver_result(driver.cuMemsetD2D8Async(addr + offset, pitch, 0, width, rows,
+                                                   handle), "cuMemsetD2D8Async")
+        if write is not None:
+            offset, raw = write
+            pinned[:raw.size] = raw
+            driver_result(driver.cuMemcpyHtoDAsync(addr + offset, pinned.ctypes.data,
+                                                   raw.size, handle), "cuMemcpyHtoDAsync")
+        stream.synchronize()
 
 
 def memset_words(dev_bytes, pattern: int, itemsize: int) -> None:

@@ -15,9 +15,12 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
+import pytest
+
 from pydfccl import platform
 from pydfccl.platform.base import Backend
-from pydfccl.platform.simulator import SimulatorBackend
+from pydfccl.platform.simulator import SimulatedBuffer, SimulatorBackend
 from pydfccl.sched.policies import get_policy
 
 LIBRARY = Path(platform.__file__).resolve().parents[1]
@@ -86,3 +89,17 @@ def test_a_policy_takes_the_parameters_of_the_backend_its_daemon_runs_on():
     on_gpu = Backend.policy_params(SimpleNamespace(kernels_on_host=False), policy)
     assert on_host.tolist() == policy.param_array(simulator=True).tolist()
     assert on_gpu.tolist() == policy.param_array().tolist()
+
+
+def test_zero_rows_zeroes_each_strided_region_and_nothing_else():
+    """A shared slot's reset (``host/shared_slots.py``) is three strided regions of the
+    pool, zeroed in one call: the simulator's buffer zeroes exactly those bytes."""
+    buf = SimulatedBuffer(64)
+    buf.array[:] = 0xFF
+    buf.zero_rows([(2, 10, 3, 4), (50, 4, 4, 1)], write=(60, np.array([7, 8], np.uint16)))
+    zeroed = {o + k for o in (2, 12, 22, 32) for k in range(3)} | set(range(50, 54)) | {61, 63}
+    assert sorted(np.flatnonzero(buf.array == 0).tolist()) == sorted(zeroed)
+    assert buf.array[60:64].view(np.uint16).tolist() == [7, 8]
+    for region in [(40, 10, 3, 4), (0, 2, 3, 2), (-1, 4, 4, 1)]:
+        with pytest.raises(IndexError, match="is not inside 64 bytes"):
+            buf.zero_rows([region])

@@ -33,9 +33,14 @@
 #              disorder and then in order
 #   inorder    in-order all-reduces from 8 B to 256 MiB on 4 ranks, dfccl beside the nccl
 #              policy, 7 cycles
-#   soak       random schedules with device syncs for 150 s, every output checked
+#   net        ranks on emulated nodes under mpiexec (tests/ranks/test_net.py: the demo,
+#              the deadlock across nodes, the collectives matrix), then `bench` under
+#              `PYDFCCL_RANKS_PER_NODE=2 mpiexec -n 4`: the network path beside IPC and
+#              mpi4py's Allreduce
+#   soak       random schedules with device syncs for SOAK_S seconds (default 90), every
+#              output checked
 #   train      examples/train_gpt.py with 2, 3 and 4 rank processes, RUNS runs of STEPS steps
-#              each (default 10 x 200); the first run starts from an empty kernel cache
+#              each (default 3 x 200); the first run starts from an empty kernel cache
 #              unless WARM is set (train2, train3, train4: one size alone)
 # TREE names the tree in the summary (default: git's HEAD, which is wrong where the files
 # were copied without their git metadata). Under $OUT (default ./out): summary.txt and
@@ -50,6 +55,16 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || exit 1
   export PYTHONPATH=/tmp/site
+fi
+# mpi4py and MPICH's wheels in .whl/mpi/ (if any) give the net stage an MPI: installed under
+# a prefix, as a target directory would drop MPICH's libraries and mpiexec.
+if ls .whl/mpi/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+    --prefix /tmp/mpi .whl/mpi/*.whl || exit 1
+  export PATH=/tmp/mpi/bin:$PATH LD_LIBRARY_PATH=/tmp/mpi/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  PYTHONPATH=$(python3 -c 'import sysconfig; print(sysconfig.get_path("purelib",
+    vars={"base": "/tmp/mpi", "platbase": "/tmp/mpi"}))')${PYTHONPATH:+:$PYTHONPATH}
+  export PYTHONPATH
 fi
 export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD" PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -69,7 +84,7 @@ stage() {  # stage NAME TIMEOUT_S COMMAND...: log to $LOGS/NAME.log, one summary
   tail -n 12 "$LOGS/$name.log" | sed 's/^/    /' | tee -a "$SUMMARY"
   tar czf "$OUT/logs.tgz" -C "$LOGS" .
 }
-RUNS=${RUNS:-10}
+RUNS=${RUNS:-3}
 STEPS=${STEPS:-200}
 DEADLINE=$((SECONDS + ${BUDGET_S:-540}))   # stop starting runs past this (the call's limit)
 
@@ -109,7 +124,7 @@ train_runs() {  # train_runs NAME ARGS...: RUNS runs of the example; one line of
 
 SCHEDULE=scripts/schedules/three_ranks_disordered_with_syncs.json
 for s in ${*:-startup tests latency2 latency8 many4 registration bandwidth inorder disorder chaos \
-    chaos8 chaos8p sync8 replay soak ddp hook train}; do
+    chaos8 chaos8p sync8 replay net soak ddp hook train}; do
   case $s in
     tests) stage tests 450 env PYDFCCL_DEADLOCK_STACKS=1 $PY -m pytest -q -rfE --tb=short \
              -p no:cacheprovider -o faulthandler_timeout=120 --durations=10 \
@@ -144,7 +159,10 @@ for s in ${*:-startup tests latency2 latency8 many4 registration bandwidth inord
               stage in_order 120 $PY -m pydfccl demo -n 4 -k 8 -i 50 --align --in-order ;;
     inorder) stage inorder 200 $PY -m pydfccl bench --nranks 4 -b 8 -e 268435456 -f 16 \
                -n 200 -N 7 -w 2 --baseline nccl ;;
-    soak) stage soak 240 $PY -m pydfccl soak --seconds 150 ;;
+    net) stage net_tests 400 $PY -m pytest -q -rfE --tb=short -p no:cacheprovider \
+           tests/ranks/test_net.py
+         stage net_bench 200 env PYDFCCL_RANKS_PER_NODE=2 mpiexec -n 4 $PY -m pydfccl bench ;;
+    soak) stage soak $((${SOAK_S:-90} + 90)) $PY -m pydfccl soak --seconds ${SOAK_S:-90} ;;
     ddp) stage ddp 300 $PY examples/ddp_bench.py --nranks 2 --backends gloo,dfccl --device cuda ;;
     replay) stage replay 90 $PY -m pydfccl demo --schedule $SCHEDULE
             stage replay_nccl 60 $PY -m pydfccl demo --schedule $SCHEDULE --policy nccl --watchdog 5 ;;

@@ -226,9 +226,12 @@ class World:
         return pair_transports(self.nodes)
 
     def activity(self) -> int:
-        """Changes whenever any rank submits or makes progress: a reason to relaunch."""
+        """Changes whenever any rank submits or makes progress, or the network proxy
+        delivers data or credit from another node: a reason to relaunch a daemon that quit
+        stuck (a remote rank's row arrives only every ``transport.rows.ROW_PERIOD``)."""
         ctl = self.ctl
-        return int(ctl["host_submitted"].sum()) + int(ctl["blocks"]["progress"].sum())
+        seen = int(ctl["host_submitted"].sum()) + int(ctl["blocks"]["progress"].sum())
+        return seen if self.net is None else seen + self.net.delivered
 
     def set_report(self, text: str) -> None:
         raw = text.encode()[: REPORT_BYTES - 1]

@@ -47,7 +47,8 @@ class NetProxy:
     """The proxy of rank ``rank`` of ``world`` on ``comm`` (an mpi4py communicator of the
     job's ranks, the proxies' own; ``mpi``: the module of its ``BYTE`` and ``Status``). ``start()`` starts its thread; ``close()`` sends what is
     left, says goodbye and stops it. ``stats`` counts messages by kind, sent and received
-    (tests check that a pair across nodes really goes through MPI)."""
+    (tests check that a pair across nodes really goes through MPI); ``delivered`` counts
+    the slots and credits written into the rank's pool (``World.activity``)."""
 
     def __init__(self, world, rank: int, comm, idle_sleep: float = 5e-4, mpi=None):
         if mpi is None:         # a stand-in's (BYTE, Status) for tests without MPI
@@ -79,6 +80,7 @@ class NetProxy:
         self._abort_sent = False
         self.stats = {f"{way}_{kind}": 0 for way in ("sent", "received")
                       for kind in _KINDS.values()}
+        self.delivered = 0      # slots and credits written into this rank's pool
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"pydfccl-net-{rank}",
                                         daemon=True)
@@ -251,9 +253,11 @@ class NetProxy:
             conn, lane, value, offset, nbytes = (int(w) for w in header[1:6])
             self._own.write(offset, payload[:nbytes])       # the data, then its tail
             self._own.write(self._counter(conn, L.CONN_TAIL, lane), np.int64([value]))
+            self.delivered += 1          # a daemon that quit waiting for it: relaunch now
         elif kind == HEAD:
             conn, lane, value = (int(w) for w in header[1:4])
             self._own.write(self._counter(conn, L.CONN_HEAD, lane), np.int64([value]))
+            self.delivered += 1
         elif kind == ROW:
             apply_row(self.world, peer, payload)
         elif kind == ABORT:

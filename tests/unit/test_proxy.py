@@ -132,6 +132,25 @@ def test_a_slot_and_its_tail_arrive_in_the_peers_pool_and_a_head_comes_back(rank
     assert proxies[0]._forward() == 0                # nothing moved since
 
 
+def test_what_the_proxy_delivers_is_activity_that_relaunches_a_daemon(ranks):
+    """A daemon that quit waiting for data from another node is relaunched when the
+    activity changes (host/launcher.py): a slot or a credit arriving must change it, not
+    only the remote row that comes every ROW_PERIOD."""
+    cfg, worlds, proxies = ranks
+    worlds[1].net = proxies[1]
+    base = _conn(cfg, 2)
+    before = worlds[1].activity()
+    _word(worlds[0].pools[1], base + L.CONN_TAIL, 1)            # rank 0 sends a slot
+    assert proxies[0]._forward() == 1 and proxies[1]._receive() == 1
+    after_slot = worlds[1].activity()
+    assert after_slot != before and worlds[1].ctl["host_submitted"].sum() == 0
+    _word(worlds[2].pools[0], base + L.CONN_HEAD, 1)            # rank 2 returns credit
+    assert proxies[2]._forward() == 1 and proxies[0]._receive() == 1
+    worlds[0].net = proxies[0]
+    assert proxies[0].delivered == 1 and proxies[1].delivered == 1
+    assert worlds[1].activity() == after_slot      # nothing new for rank 1
+
+
 def test_a_one_shot_lane_carries_its_share_of_the_slot_alone(ranks):
     """Rank 0 is rank 2's sender at distance 1 (lane 0) of a one-shot set: its message
     writes lane 0 only, leaving lane 1 (rank 1's, at distance 2) as it was."""

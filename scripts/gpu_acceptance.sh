@@ -159,8 +159,8 @@ for s in ${*:-startup tests latency2 latency8 many4 registration bandwidth inord
               stage in_order 120 $PY -m pydfccl demo -n 4 -k 8 -i 50 --align --in-order ;;
     inorder) stage inorder 200 $PY -m pydfccl bench --nranks 4 -b 8 -e 268435456 -f 16 \
                -n 200 -N 7 -w 2 --baseline nccl ;;
-    net) stage net_tests 400 $PY -m pytest -q -rfE --tb=short -p no:cacheprovider \
-           tests/ranks/test_net.py
+    net) stage net_tests 400 $PY -m pytest -q -x -rfE --tb=short -p no:cacheprovider \
+           -o faulthandler_timeout=120 tests/ranks/test_net.py
          stage net_bench 200 env PYDFCCL_RANKS_PER_NODE=2 mpiexec -n 4 $PY -m pydfccl bench ;;
     soak) stage soak $((${SOAK_S:-90} + 90)) $PY -m pydfccl soak --seconds ${SOAK_S:-90} ;;
     ddp) stage ddp 300 $PY examples/ddp_bench.py --nranks 2 --backends gloo,dfccl --device cuda ;;

@@ -186,11 +186,11 @@ def late_shared(comm, case: str = "ok"):
     return out
 
 
-def shared_from_start(comm, mismatch: bool = False):
-    """``start(share_slots=True)`` with one collective (rank 1 without it if
+def shared_from_start(comm, mismatch: bool = False, mode=True):
+    """``start(share_slots=mode)`` with one collective (rank 1 without it if
     ``mismatch``), then 30 more prepared after start() on a world of 2 slots; the sums."""
     comm.prepare(0, "all_reduce", 2, "int64")
-    comm.start(share_slots=not (mismatch and comm.rank == 1))
+    comm.start(share_slots=mode if not (mismatch and comm.rank == 1) else False)
     futures = []
     for cid in range(1, 31):
         comm.prepare(cid, "all_reduce", 2, "int64")
@@ -198,6 +198,28 @@ def shared_from_start(comm, mismatch: bool = False):
         x[...] = cid
         futures.append(comm.run(cid, x))
     return [int(np.asarray(f.result(timeout=120))[0]) for f in futures]
+
+
+def overflow(comm):
+    """``start(share_slots="overflow")`` on a world of 8 slots: 2 all-reduces before start,
+    20 after (rank 1 runs all 22 in reverse), then a transfer from rank 0 to rank 1. The
+    sums, what rank 1 received and ``stats()["shared_slots"]``."""
+    for cid in range(2):
+        comm.prepare(cid, "all_reduce", 2, "int64")
+    comm.start(share_slots="overflow")
+    for cid in range(2, 22):
+        comm.prepare(cid, "all_reduce", 2, "int64")
+    futures = {}
+    for cid in range(22) if comm.rank == 0 else reversed(range(22)):
+        x = comm.empty(2, "int64")
+        x[...] = cid
+        futures[cid] = comm.run(cid, x)
+    sums = [int(np.asarray(futures[cid].result(timeout=120))[0]) for cid in range(22)]
+    comm.prepare(50, "send" if comm.rank == 0 else "recv", 3, "int64", peer=1 - comm.rank)
+    buf = comm.empty(3, "int64")
+    buf[...] = 7 if comm.rank == 0 else 0
+    received = np.asarray(comm.run(50, buf).result(timeout=120)).tolist()
+    return sums, received if comm.rank == 1 else None, comm.stats()["shared_slots"]
 
 
 def waiting_status(comm):

@@ -33,7 +33,7 @@ from .. import platform
 from ..log import logger
 from ..platform import backend
 from ..protocol import layout as L
-from ..protocol.codes import normalize_dtype
+from ..protocol.codes import POINT_TO_POINT, normalize_dtype
 from ..errors import AbortedError, PydfcclError
 from ..sched.policies import get_policy
 from .arrays import Array
@@ -50,10 +50,9 @@ from .launcher import Launcher
 from .polled import PolledRank
 from .poller import poller
 from .rankstate import Phase, RankState
-from .registration import (SHARE, LatePlacer, check_signatures, members, placement,
-                           shared_by_all)
-from .shared_slots import SharedSlots
-from .slots import SlotLeader
+from .registration import (SHARE, SHARE_MODES, LatePlacer, check_signatures, overflow_slots,
+                           placement, shared_by_all)
+from .shared_slots import SharedSlots, share_slots
 from .status import rank_stats, world_status
 from .stream_gate import process_gate
 from .submission import Submissions
@@ -155,22 +154,25 @@ class Communicator:
         if not started:
             self._state.require(Phase.PREPARING, "prepare")
         spec = self._catalog.new_spec(coll_id, kind, count, dtype, op, root, priority, peer)
-        if started and self._shared is not None:    # it shares the slots too (slots.py)
-            self._shared.prepare_late(spec, self._catalog.signature(spec))
+        if started and self._shared is not None and not self._has_own_room(spec):
+            self._shared.prepare_late(spec, self._catalog.signature(spec))   # (slots.py)
             poller.wake()
         elif started:
             self._late.add(spec)
         self._specs[spec.coll_id] = spec
 
-    def start(self, share_slots: bool = False) -> None:
+    def start(self, share_slots: bool | str = False) -> None:
         """End registration: check signatures across ranks, then start the daemon.
         Collectives share the daemon's slots (host/slots.py) when they need more than it
-        has, or with ``share_slots`` (the same on every rank): then any number may be
-        prepared after ``start()`` too."""
+        has, or with ``share_slots=True`` (the same on every rank): then any number may be
+        prepared after ``start()`` too. ``"overflow"``: slots of their own while they fit;
+        beyond, those prepared after ``start()`` share the last ``overflow_slots``."""
         self._state.require(Phase.PREPARING, "start")
+        if share_slots not in SHARE_MODES:
+            raise ValueError(f"share_slots must be one of {SHARE_MODES}, not {share_slots!r}")
         mine = self._catalog.signatures()
         if share_slots:
-            mine[SHARE] = True
+            mine[SHARE] = share_slots
         per_rank = self._exchange(mine)
         if any(SHARE in sigs for sigs in per_rank):
             per_rank, share_slots = shared_by_all(per_rank)
@@ -178,12 +180,17 @@ class Communicator:
         cfg = self.world.config
         index, conn, used = placement(per_rank, self.nranks)
         pool = self.world.pools[self.rank]
-        if used > cfg.max_colls or share_slots:     # the collectives share the slots
+        own = cfg.max_colls                         # slots of collectives of their own
+        if used > cfg.max_colls or share_slots is True:   # every collective shares them
             self._share_slots(per_rank)
         else:
             pool.write(L.P_COLLS, self._catalog.place_all(index, conn))
+            spare = overflow_slots(self.nranks, cfg.max_colls)
+            if share_slots == "overflow" and used + spare <= cfg.max_colls:
+                own = cfg.max_colls - spare
+                self._share_slots([], first=own)
         pool.write(L.P_PARAMS, backend.policy_params(self.policy))
-        self._late.begin(LatePlacer(self.nranks, cfg.max_colls, len(index), used))
+        self._late.begin(LatePlacer(self.nranks, own, len(index), used))
         self._tracer = TraceReader(pool, self.rank, cfg.nblocks, self._catalog.by_index)
         self._stream = platform.new_stream()
         self._daemon = daemon_for(self.policy, cfg.nthreads)
@@ -215,25 +222,18 @@ class Communicator:
         if self.persistent:
             launcher.start()
 
-    def _share_slots(self, per_rank: list) -> None:
-        """More collectives than slots: bound to slots as their runs come (slots.py)."""
-        cfg = self.world.config
-        if self.world.remote:      # the leader's rings live in one host's shared memory
-            raise ValueError(f"the collectives need more than WorldConfig.max_colls = "
-                             f"{cfg.max_colls} slots, and shared slots need every rank on "
-                             "one host: prepare at most max_colls collectives, or raise it")
-        need = members(per_rank, self.nranks)
-        widest = max((width for width, _ in need.values()), default=1)
-        if widest > cfg.max_colls:
-            raise ValueError(f"an all_to_all needs {widest} connector sets (nranks - 1), "
-                             f"more than WorldConfig.max_colls = {cfg.max_colls}")
-        leader = (SlotLeader(self.world.ctl, self.nranks, cfg.max_colls, need,
-                             fail=self._state.fail_everywhere) if self.rank == 0 else None)
-        self._shared = SharedSlots(self.world, self.rank, self._lock, self._catalog,
-                                   self._submissions, need, leader)
+    def _share_slots(self, per_rank: list, first: int = 0) -> None:
+        self._shared = share_slots(self.world, self.rank, self._lock, self._catalog,
+                                   self._submissions, per_rank, self._state.fail_everywhere,
+                                   first)
         self._cq.on_done_slot = self._shared.completed
-        logger.info("rank %d: %d collectives share %d slots", self.rank, len(need),
-                    cfg.max_colls)
+
+    def _has_own_room(self, spec) -> bool:
+        """A collective prepared after ``start(share_slots="overflow")`` takes a slot of
+        its own while one is left, decided alike on every rank (they prepare collectives
+        in one order); a transfer, seen by two ranks only, always shares."""
+        return (self._shared.first > 0 and spec.kind not in POINT_TO_POINT
+                and self._late.fits(spec.kind))
 
     # -- running ---------------------------------------------------------------------------
 
@@ -396,7 +396,7 @@ class Communicator:
 
     def stats(self) -> dict:
         return rank_stats(self.world, self.rank, self._submissions, self._cq, self._launcher,
-                          self.policy.name)
+                          self.policy.name, self._shared)
 
     # -- shutting down -----------------------------------------------------------------------
 

@@ -44,6 +44,10 @@ class LateRegistrations:
         """From ``start()`` on: places follow the ones ``start`` gave."""
         self._placer = placer
 
+    def fits(self, kind: str) -> bool:
+        """Whether another collective of ``kind`` has a slot of its own left."""
+        return self._placer.fits(kind)
+
     def add(self, spec) -> None:
         """Place ``spec``, write its table entry (the daemon reads it at the first run,
         after an acquire of that run's SQ entry) and publish it for the peers."""

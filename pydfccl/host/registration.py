@@ -16,9 +16,17 @@ from ..protocol.codes import DTYPES, KINDS, OPS, POINT_TO_POINT
 from ..protocol.collectives import collective
 
 __all__ = ["check_signatures", "placement", "members", "member", "LatePlacer", "late_verdict",
-           "published_signature", "check_published", "SHARE", "shared_by_all"]
+           "published_signature", "check_published", "SHARE", "SHARE_MODES", "shared_by_all",
+           "overflow_slots"]
 
-SHARE = "share_slots"   # in start()'s exchange beside the signatures: start(share_slots=True)
+SHARE = "share_slots"   # in start()'s exchange beside the signatures: start(share_slots=...)
+SHARE_MODES = (False, True, "overflow")
+
+
+def overflow_slots(nranks: int, max_colls: int) -> int:
+    """The slots ``start(share_slots="overflow")`` keeps for the collectives beyond the
+    others: an eighth of ``max_colls``, or an all_to_all's ``nranks - 1`` if that is more."""
+    return max(nranks - 1, max_colls // 8, 1)
 
 
 def _differing(coll_id, field, values: dict) -> ValueError:
@@ -45,16 +53,23 @@ def _check_pair(coll_id, holders: dict) -> None:
             raise _differing(coll_id, field, {a: sa[field], b: sb[field]})
 
 
-def shared_by_all(per_rank: list) -> tuple[list, bool]:
-    """(the signatures without ``SHARE``, True): every rank passed ``share_slots=True``;
-    ValueError naming the ranks when only some did."""
-    sharing = [r for r, sigs in enumerate(per_rank) if sigs.get(SHARE)]
-    if len(sharing) != len(per_rank):
-        others = [r for r in range(len(per_rank)) if r not in sharing]
-        raise ValueError(f"start(share_slots=True) on ranks {sharing} but not on ranks "
-                         f"{others}: every rank must pass the same")
+def shared_by_all(per_rank: list) -> tuple[list, bool | str]:
+    """(the signatures without ``SHARE``, the ``share_slots`` every rank passed); ValueError
+    naming the ranks when they differ."""
+    modes = [sigs.get(SHARE, False) for sigs in per_rank]
+    if len(set(modes)) > 1:
+        by_mode = collections.defaultdict(list)
+        for r, mode in enumerate(modes):
+            by_mode[mode].append(r)
+        if len(by_mode) == 2 and False in by_mode:
+            (mode, sharing), = ((m, rs) for m, rs in by_mode.items() if m is not False)
+            raise ValueError(f"start(share_slots={mode!r}) on ranks {sharing} but not on "
+                             f"ranks {by_mode[False]}: every rank must pass the same")
+        detail = "; ".join(f"ranks {rs}: {m!r}" for m, rs in by_mode.items())
+        raise ValueError(f"start(share_slots=...) differs across ranks ({detail}): every "
+                         "rank must pass the same")
     return [{cid: sig for cid, sig in sigs.items() if cid != SHARE}
-            for sigs in per_rank], True
+            for sigs in per_rank], modes[0]
 
 
 def check_signatures(per_rank: list) -> None:
@@ -135,6 +150,12 @@ class LatePlacer:
                           f"{self.next_conn} connector sets and the point-to-point transfers "
                           f"the places from {self.lowest_transfer} up, of "
                           f"WorldConfig.max_colls = {self.max_colls}; make max_colls larger")
+
+    def fits(self, kind: str) -> bool:
+        """Whether another ``kind`` has room (the same on every rank while no transfer
+        was placed: every rank prepares the collectives in one order)."""
+        return self.next_conn + collective(kind).connector_sets(self.nranks) \
+            <= self.lowest_transfer
 
     def collective(self, kind: str) -> tuple[int, int]:
         sets = collective(kind).connector_sets(self.nranks)

@@ -19,26 +19,50 @@ import collections
 
 import numpy as np
 
+from ..log import logger
 from ..protocol import layout as L
 from ..protocol.codes import dtype_code, kind_code, op_code
-from .registration import member
+from .registration import member, members
 from .slot_resets import resets
-from .slots import COMPANION, UNBOUND
+from .slots import COMPANION, UNBOUND, SlotLeader
 
-__all__ = ["SharedSlots"]
+__all__ = ["SharedSlots", "share_slots"]
+
+
+def share_slots(world, rank: int, lock, catalog, submissions, per_rank: list, fail,
+                first: int = 0) -> "SharedSlots":
+    """Rank ``rank``'s side of the world's shared slots, those from ``first`` on, for the
+    collectives registered before ``start()`` (``per_rank``, every rank's signatures) and
+    any prepared after it; rank 0's also leads. ``fail(error)`` fails every rank."""
+    cfg = world.config
+    if world.remote:      # the leader's rings live in one host's shared memory
+        raise ValueError(f"the collectives need more than WorldConfig.max_colls = "
+                         f"{cfg.max_colls} slots, and shared slots need every rank on "
+                         "one host: prepare at most max_colls collectives, or raise it")
+    need = members(per_rank, world.nranks)
+    widest = max((width for width, _ in need.values()), default=1)
+    if widest > cfg.max_colls:
+        raise ValueError(f"an all_to_all needs {widest} connector sets (nranks - 1), "
+                         f"more than WorldConfig.max_colls = {cfg.max_colls}")
+    leader = (SlotLeader(world.ctl, world.nranks, cfg.max_colls, need, fail=fail,
+                         first=first) if rank == 0 else None)
+    logger.info("rank %d: %d collectives share %d slots", rank, len(need),
+                cfg.max_colls - first)
+    return SharedSlots(world, rank, lock, catalog, submissions, need, leader, first=first)
 
 
 class SharedSlots:
     """Rank ``rank``'s runs of the collectives ``members`` ({coll_id: (slots, ranks)}),
     shared among the world's ``nslots`` slots. Its runs waiting for a grant are
     ``submissions.waiting`` (which ``fail_all`` fails); ``on_submitted`` is called after
-    granted runs went to the SQ. Rank 0 also polls the ``leader``."""
+    granted runs went to the SQ. Rank 0 also polls the ``leader``. The slots from ``first``
+    on are shared; those below it belong to collectives of their own."""
 
     def __init__(self, world, rank: int, lock, catalog, submissions, members: dict,
-                 leader=None):
+                 leader=None, first: int = 0):
         self.world, self.rank = world, rank
         cfg = world.config
-        self.nslots = cfg.max_colls
+        self.nslots, self.first = cfg.max_colls, first
         self._lock = lock
         self._catalog = catalog
         self._submissions = submissions
@@ -72,10 +96,11 @@ class SharedSlots:
         """``spec`` was prepared after ``start()``: publish its ``signature`` for the
         leader, which grants its runs once every rank of it published the same one."""
         width, ranks = member(spec.kind, spec.root, self.rank, self.world.nranks)
-        if width > self.nslots:
+        if width > self.nslots - self.first:
             raise ValueError(f"collective {spec.coll_id}: an all_to_all needs {width} "
-                             f"connector sets (nranks - 1), more than WorldConfig.max_colls "
-                             f"= {self.nslots}")
+                             f"connector sets (nranks - 1), more than the "
+                             f"{self.nslots - self.first} shared slots of "
+                             f"WorldConfig.max_colls = {self.nslots}")
         record = (0, spec.coll_id, kind_code(spec.kind), dtype_code(spec.dtype),
                   op_code(spec.op), spec.count, spec.root, int(signature["one_shot"]))
         with self._lock:

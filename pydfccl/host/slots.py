@@ -50,10 +50,12 @@ class SlotLeader:
     that run it)}) to the ``nslots`` slots of the world whose control rows are ``ctl``.
     Collectives prepared after ``start()`` join ``members`` as the ranks publish them (the
     ``late`` rings); their runs are granted once every rank of them has published the same
-    signature, and ``fail(error)`` is called when they differ."""
+    signature, and ``fail(error)`` is called when they differ. Slots below ``first`` are
+    other collectives' own (``start(share_slots="overflow")``): never bound here."""
 
-    def __init__(self, ctl, nranks: int, nslots: int, members: dict, fail=None):
-        self.ctl, self.nranks, self.nslots = ctl, nranks, nslots
+    def __init__(self, ctl, nranks: int, nslots: int, members: dict, fail=None,
+                 first: int = 0):
+        self.ctl, self.nranks, self.nslots, self.first = ctl, nranks, nslots, first
         self.members = dict(members)
         self.fail = fail
         self.late: dict[int, dict] = {}      # coll_id -> {rank: signature} published late
@@ -152,13 +154,14 @@ class SlotLeader:
     def _window(self, width: int, done: np.ndarray) -> int | None:
         """The first slot of ``width`` consecutive slots free or quiet: a never-bound slot
         first, else the binding used least recently."""
+        slots = range(self.first, self.nslots)
         if width == 1:
-            free = [s for s in range(self.nslots) if self.owner[s] < 0]
+            free = [s for s in slots if self.owner[s] < 0]
             if free:
                 return free[0]
-            quiet = [s for s in range(self.nslots) if self._usable(s, done)]
+            quiet = [s for s in slots if self._usable(s, done)]
             return min(quiet, key=self.used_at.__getitem__) if quiet else None
-        for first in range(self.nslots - width + 1):
+        for first in range(self.first, self.nslots - width + 1):
             if all(self._usable(s, done) for s in range(first, first + width)):
                 return first
         return None

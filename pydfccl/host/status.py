@@ -8,9 +8,11 @@ from .watchdog import rank_status
 __all__ = ["rank_stats", "world_status"]
 
 
-def rank_stats(world, rank: int, submissions, cq, launcher, policy_name: str) -> dict:
+def rank_stats(world, rank: int, submissions, cq, launcher, policy_name: str,
+               shared=None) -> dict:
     """Counters of rank ``rank``: its runs, its daemon blocks' preemptions, quits and steps,
-    and the launches of its daemon (none before ``start``: ``launcher`` None)."""
+    the launches of its daemon (none before ``start``: ``launcher`` None), and the slots
+    its collectives share (``shared``: ``shared_slots.SharedSlots``, None when none)."""
     blocks = world.ctl["blocks"][rank][: world.config.nblocks]
     launches = launcher.launches if launcher is not None else 0
     return dict(
@@ -26,6 +28,7 @@ def rank_stats(world, rank: int, submissions, cq, launcher, policy_name: str) ->
         policy=policy_name,
         device_bytes=world.config.pool_bytes,     # this rank's pool
         pinned_bytes=world.config.ctl_bytes,      # the world's control rows
+        shared_slots=0 if shared is None else shared.nslots - shared.first,
     )
 
 

@@ -83,6 +83,20 @@ def comm_options() -> dict:
     return options
 
 
+def shared_slots_mode() -> bool | str:
+    """``start(share_slots=...)`` of a torch group's communicator, from
+    ``PYDFCCL_TORCH_SHARED_SLOTS``: ``overflow`` (the default: a signature keeps a slot of
+    its own while one is left, and those beyond share the last few, so a program with ever
+    new shapes never runs out), ``1`` (every signature shares the slots) or ``0`` (slots of
+    their own only: the group fails at its ``PYDFCCL_TORCH_MAX_COLLS``-th signature)."""
+    value = os.environ.get("PYDFCCL_TORCH_SHARED_SLOTS", "overflow")
+    modes = {"overflow": "overflow", "1": True, "0": False}
+    if value not in modes:
+        raise ValueError(f"PYDFCCL_TORCH_SHARED_SLOTS={value!r}: use one of "
+                         f"{', '.join(modes)}")
+    return modes[value]
+
+
 def _creation_context() -> tuple[dict, torch.device | None]:
     """What torch's ``_new_process_group_helper`` (the caller of the backend's creator)
     knows and does not pass on: the device -> backend map of the backend string, and
@@ -138,7 +152,7 @@ class ProcessGroupDfccl(CollectivesMixin, dist.ProcessGroup):
         # wait-for cycle no preemption can break) is reported at pydfccl's watchdog.
         comm = communicator_from_group(C10dStoreGroup(store, rank, size, timeout),
                                        timeout=timeout.total_seconds(), **options)
-        comm.start(share_slots=os.environ.get("PYDFCCL_TORCH_SHARED_SLOTS", "0") == "1")
+        comm.start(share_slots=shared_slots_mode())
         self.dfccl_group = TorchGroup(comm, timeout=timeout.total_seconds())
         self._rank, self._size = rank, size
         self._group_name = self._group_desc = ""

@@ -91,12 +91,24 @@ def test_start_share_slots_lifts_the_limit_of_late_registrations():
     assert out == [[2 * cid for cid in range(1, 31)]] * 2
 
 
+def test_overflow_keeps_own_slots_and_shares_the_last_beyond_them():
+    """8 slots on 2 ranks: 7 of the collectives' own (2 placed at start, 5 after), the last
+    shared by the 15 beyond them and by a transfer."""
+    out = pydfccl.launch(many_workers.overflow, 2, max_colls=8, timeout=300)
+    sums = [2 * cid for cid in range(22)]
+    assert out == [(sums, None, 1), (sums, [7, 7, 7], 1)]
+
+
 def test_share_slots_must_be_the_same_on_every_rank():
     with pytest.raises(pydfccl.RankFailedError,
                        match=r"start\(share_slots=True\) on ranks \[0\] but not on ranks "
                              r"\[1\]: every rank must pass the same"):
         pydfccl.launch(many_workers.shared_from_start, 2, args=(True,), max_colls=2,
                        timeout=120)
+    with pytest.raises(pydfccl.RankFailedError,
+                       match=r"share_slots must be one of \(False, True, 'overflow'\), "
+                             r"not 'all'"):
+        pydfccl.launch(many_workers.shared_from_start, 1, args=(False, "all"), timeout=60)
 
 
 def test_status_shows_runs_waiting_for_a_grant():

@@ -241,12 +241,16 @@ def test_backend_collectives_on_three_ranks(three_ranks):
     assert out[1]["recv"] == [0.0, 1.0, 2.0]
 
 
-def test_a_group_sharing_its_slots_runs_any_number_of_shapes():
-    """PYDFCCL_TORCH_SHARED_SLOTS=1: 120 signatures through a group of 4 slots."""
-    out = run_ranks("many_shapes", 2, timeout=300, PYDFCCL_TORCH_SHARED_SLOTS="1",
-                    PYDFCCL_TORCH_MAX_COLLS="4")
+@pytest.mark.parametrize("mode", ["overflow", "1"])
+def test_a_group_runs_any_number_of_shapes(mode):
+    """120 signatures through a group of 4 slots: by default (overflow) 3 keep slots of
+    their own and the rest share the last one; with PYDFCCL_TORCH_SHARED_SLOTS=1 all 4 are
+    shared."""
+    extra = {} if mode == "overflow" else {"PYDFCCL_TORCH_SHARED_SLOTS": mode}
+    out = run_ranks("many_shapes", 2, timeout=300, PYDFCCL_TORCH_MAX_COLLS="4", **extra)
     for r in out:
         assert r["many_shapes"]["sums"] == [3.0 * n for n in range(1, 101)]
+        assert r["many_shapes"]["shared_slots"] == [1 if mode == "overflow" else 4]
     assert out[1]["many_shapes"]["received"] == [7.0 * n for n in range(1, 21)]
 
 
@@ -387,6 +391,20 @@ def test_torch_groups_take_their_sizes_from_the_environment(monkeypatch):
     monkeypatch.setenv("PYDFCCL_TORCH_NBLOCKS", "4")
     monkeypatch.setenv("PYDFCCL_TORCH_MAX_COLLS", "8")
     assert comm_options() == dict(base, max_colls=8, nblocks=4)
+
+
+def test_torch_groups_take_their_slot_sharing_from_the_environment(monkeypatch):
+    from pydfccl.torch.backend import shared_slots_mode
+
+    monkeypatch.delenv("PYDFCCL_TORCH_SHARED_SLOTS", raising=False)
+    assert shared_slots_mode() == "overflow"
+    for value, mode in (("overflow", "overflow"), ("1", True), ("0", False)):
+        monkeypatch.setenv("PYDFCCL_TORCH_SHARED_SLOTS", value)
+        assert shared_slots_mode() == mode and type(shared_slots_mode()) is type(mode)
+    monkeypatch.setenv("PYDFCCL_TORCH_SHARED_SLOTS", "yes")
+    with pytest.raises(ValueError, match=r"PYDFCCL_TORCH_SHARED_SLOTS='yes': use one of "
+                                         r"overflow, 1, 0"):
+        shared_slots_mode()
 
 
 def test_torch_groups_take_their_policy_from_the_environment(monkeypatch):

@@ -100,8 +100,8 @@ def mismatch(rank, size):
 
 def many_shapes(rank, size):
     """All-reduces of 100 shapes, each its own signature, and a transfer of each of 20
-    more from rank 0 to rank 1: with PYDFCCL_TORCH_SHARED_SLOTS=1 the group's collectives
-    share its slots, however few (PYDFCCL_TORCH_MAX_COLLS)."""
+    more from rank 0 to rank 1: more than the group's slots (PYDFCCL_TORCH_MAX_COLLS),
+    which its collectives share beyond those they keep (PYDFCCL_TORCH_SHARED_SLOTS)."""
     sums = []
     for n in range(1, 101):
         t = torch.full((n,), float(rank + 1))
@@ -115,7 +115,8 @@ def many_shapes(rank, size):
             r = torch.zeros(n)
             dist.recv(r, src=0)
             received.append(float(r.sum()))
-    return {"sums": sums, "received": received}
+    return {"sums": sums, "received": received,
+            "shared_slots": [s["shared_slots"] for s in pt.stats()]}
 
 
 def main():

@@ -2,7 +2,9 @@
 anew only once every rank completed its runs there, and grants in order."""
 
 import numpy as np
+import pytest
 
+from pydfccl.host.registration import SHARE, shared_by_all
 from pydfccl.protocol import layout as L
 from pydfccl.host.slots import COMPANION, SlotLeader
 
@@ -106,6 +108,25 @@ def test_an_all_to_all_takes_consecutive_slots():
     assert [_binding(ctl, s)[0] for s in (2, 3)] == [COMPANION, COMPANION]
 
 
+def test_slots_below_the_first_shared_one_are_never_bound():
+    """start(share_slots="overflow"): slots 0 and 1 are collectives' own; 2 and 3 shared,
+    a collective bound anew there and an all_to_all in both."""
+    ctl = np.zeros(2, L.CTL_ROW)
+    members = {c: (1, EVERYONE) for c in range(3)} | {9: (2, EVERYONE)}
+    leader = SlotLeader(ctl, 2, 4, members, first=2)
+    for cid in (0, 1, 2):
+        for r in EVERYONE:
+            _ask(ctl, r, cid)
+        leader.poll()
+        _complete(ctl, leader.bound[cid], 1)
+    assert [_binding(ctl, s)[0] for s in (2, 3)] == [2, 1]     # 0 was bound at 2 first
+    for r in EVERYONE:
+        _ask(ctl, r, 9)
+    leader.poll()
+    assert [_binding(ctl, s)[0] for s in (2, 3)] == [9, COMPANION]
+    assert not ctl["bind_epoch"][0, :2].any() and leader.owner[:2] == [-1, -1]
+
+
 def test_a_transfer_waits_for_its_two_ranks_only():
     ctl = np.zeros(3, L.CTL_ROW)
     leader = SlotLeader(ctl, 3, 2, {7: (1, (1, 2))})
@@ -144,3 +165,16 @@ def test_a_late_collective_published_differently_fails_every_rank():
     leader.poll()
     assert [str(e) for e in failures] == [
         "collective 41: field 'count' differs across ranks (ranks [0]: 4; ranks [1]: 5)"]
+
+
+def test_every_rank_must_start_with_the_same_share_slots():
+    """start()'s exchange carries each rank's share_slots beside its signatures."""
+    sig = {0: {"kind": "all_reduce"}}
+    plain, mode = shared_by_all([dict(sig, **{SHARE: "overflow"})] * 2)
+    assert plain == [sig, sig] and mode == "overflow"
+    with pytest.raises(ValueError, match=r"start\(share_slots='overflow'\) on ranks \[1\] "
+                                         r"but not on ranks \[0, 2\]"):
+        shared_by_all([sig, dict(sig, **{SHARE: "overflow"}), sig])
+    with pytest.raises(ValueError, match=r"differs across ranks \(ranks \[0\]: True; "
+                                         r"ranks \[1\]: 'overflow'\)"):
+        shared_by_all([dict(sig, **{SHARE: True}), dict(sig, **{SHARE: "overflow"})])

@@ -114,10 +114,10 @@ def slow_peer_worker(comm, fault, who, stamp):
     held = 0.0
     if comm.rank == who:
         _mark(stamp)
-    if mine and fault == "gil_30s":
-        held = _hold_the_gil(30.0)
-    if mine and fault == "late_20s":
-        time.sleep(20)
+    if mine and fault == "gil_12s":
+        held = _hold_the_gil(12.0)
+    if mine and fault == "late_12s":
+        time.sleep(12)
     if mine and fault == "close_early":
         return None, held                    # closes without running what its peers run
     if mine and fault == "close_with_runs_outstanding":
@@ -134,8 +134,8 @@ def slow_peer_worker(comm, fault, who, stamp):
 
 
 SLOW = [  # fault, launch options, outcome: a result, or what the error says
-    ("gil_30s", {}, 6),
-    ("late_20s", dict(watchdog_timeout=5.0), 6),
+    ("gil_12s", {}, 6),
+    ("late_12s", dict(watchdog_timeout=4.0), 6),    # 3 watchdog periods late
     ("close_early", {}, r"rank 1: AbortedError: rank 1 closed its communicator \(0 of its "
                         r"runs outstanding\) while rank \d's all_reduce 0 waits for"),
     ("close_with_runs_outstanding", {},
@@ -149,7 +149,7 @@ SLOW = [  # fault, launch options, outcome: a result, or what the error says
 @pytest.mark.parametrize("fault, options, outcome", SLOW, ids=[c[0] for c in SLOW])
 def test_a_slow_rank_is_waited_for_and_a_gone_one_is_named(tmp_path, fault, options,
                                                            outcome):
-    """A healthy rank that holds the GIL for 30 s, or is late past the watchdog's report,
+    """A healthy rank that holds the GIL for 12 s, or is late past the watchdog's report,
     is waited for; a rank that leaves its peers' collective, or a proven deadlock, fails
     the job within seconds, naming its cause."""
     stamp = str(tmp_path / "fault_at")
@@ -158,8 +158,8 @@ def test_a_slow_rank_is_waited_for_and_a_gone_one_is_named(tmp_path, fault, opti
         per_rank = pydfccl.launch(slow_peer_worker, 3, args=args, timeout=600, **options)
         took = _since_fault(stamp)
         assert [r[0] for r in per_rank] == [outcome] * 3
-        if fault == "gil_30s":
-            assert per_rank[1][1] >= 30.0, per_rank
+        if fault == "gil_12s":
+            assert per_rank[1][1] >= 12.0, per_rank
         print(f"\n{fault}: the job completed {took:.1f} s after the fault began")
     else:
         with pytest.raises(pydfccl.RankFailedError, match=outcome):

@@ -18,7 +18,8 @@ from numba import cuda
 from .driver import driver_result
 
 __all__ = ["StreamWriteOps", "new_stream", "destroy_stream", "copy_stream", "host_to_device",
-           "device_to_host", "zero_device", "zero_rows", "memset_words", "flat_bytes", "STAGING_BYTES"]
+           "device_to_host", "zero_device", "zero_rows", "memset_words", "flat_bytes",
+           "STAGING_BYTES"]
 
 
 def new_stream():

@@ -45,8 +45,8 @@ CLOSE_WAIT_S = 10.0    # at close, how long the proxy waits for its last sends
 
 class NetProxy:
     """The proxy of rank ``rank`` of ``world`` on ``comm`` (an mpi4py communicator of the
-    job's ranks, the proxies' own; ``mpi``: the module of its ``BYTE`` and ``Status``). ``start()`` starts its thread; ``close()`` sends what is
-    left, says goodbye and stops it. ``stats`` counts messages by kind, sent and received
+    job's ranks, the proxies' own; ``mpi``: the module of its ``BYTE`` and ``Status``).
+    ``start()`` starts its thread; ``close()`` sends what is left, says goodbye and stops it. ``stats`` counts messages by kind, sent and received
     (tests check that a pair across nodes really goes through MPI); ``delivered`` counts
     the slots and credits written into the rank's pool (``World.activity``)."""
 

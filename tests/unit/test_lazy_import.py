@@ -69,6 +69,37 @@ def test_a_process_that_is_one_rank_of_a_job_keeps_cudas_work_queues(job):
     assert proc.stdout.split() == ["unset"]
 
 
+CHILD_RANK = """
+import os, subprocess, sys
+import pydfccl
+env = dict(os.environ, RANK="1", WORLD_SIZE="4")
+print(os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS", "unset"))
+print(subprocess.run([sys.executable, "-c", "import os, pydfccl; "
+                      "print(os.environ.get('CUDA_DEVICE_MAX_CONNECTIONS', 'unset'), "
+                      "os.environ.get('PYDFCCL_CHOSE_WORK_QUEUES', 'unset'))"],
+                     env=env, capture_output=True, text=True, check=True).stdout.strip())
+"""
+
+
+@pytest.mark.parametrize("user_value, expected", [
+    (None, ["32", "unset", "unset"]),      # pydfccl's choice for threads: not the rank's
+    ("16", ["16", "16", "unset"]),         # the user's: kept everywhere
+])
+def test_a_rank_started_from_a_pydfccl_process_drops_its_work_queues(user_value, expected):
+    """spawn_ranks, or mpiexec/torchrun run from a test, copy the parent's environment:
+    four torch ranks with the parent's 32 queues each failed under MPS ("out of memory" from
+    torch.cuda.set_device)."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("CUDA_DEVICE_MAX_CONNECTIONS", "PYDFCCL_CHOSE_WORK_QUEUES", "RANK",
+                        "WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE")}
+    if user_value:
+        env["CUDA_DEVICE_MAX_CONNECTIONS"] = user_value
+    proc = subprocess.run([sys.executable, "-c", CHILD_RANK], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == expected
+
+
 def test_launchs_rank_processes_keep_cudas_work_queues_unless_the_user_chose():
     from pydfccl.cuda_env import one_rank_per_process
 

@@ -42,8 +42,8 @@ import time
 from ..errors import PydfcclError
 from .wire import WireError, from_plain, recv_exactly, recv_frame, send_frame, to_plain
 
-__all__ = ["StoreGroup", "StoreServer", "env_group", "in_env_job", "job_id", "secret_path",
-           "JOIN_TIMEOUT"]
+__all__ = ["StoreGroup", "StoreServer", "env_group", "free_port", "in_env_job", "job_id",
+           "secret_path", "JOIN_TIMEOUT"]
 
 JOIN_TIMEOUT = float(os.environ.get("PYDFCCL_JOIN_TIMEOUT", "120"))
 MAGIC = b"PYDFCCL1"
@@ -65,6 +65,34 @@ def env_group(timeout: float = JOIN_TIMEOUT):
     from .c10d import torchrun_group, under_torchrun
 
     return torchrun_group(timeout) if under_torchrun() else StoreGroup(timeout=timeout)
+
+
+def _ephemeral_ports() -> tuple[int, int]:
+    """The range the kernel takes outgoing connections' ports from (Linux's default when
+    it cannot be read)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = (int(v) for v in f.read().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port on ``host`` that nothing listens on now, for rank 0's store. It is drawn below
+    the range of outgoing connections' ports: a port the kernel hands out (``bind(0)``) can
+    be given to a client socket before rank 0 binds it, most often on a machine where many
+    connections come and go."""
+    low, _ = _ephemeral_ports()
+    for _ in range(200):
+        port = 10000 + secrets.randbelow(low - 10000) if low > 11000 else 0
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    raise PydfcclError(f"no free port on {host} below {low}")
 
 
 def job_id(port: int) -> str:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import socket
 import subprocess
 import sys
 import time
@@ -15,10 +14,7 @@ import time
 __all__ = ["free_port", "spawn_ranks", "run_as_ranks"]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from ..bootstrap.store import free_port
 
 
 def spawn_ranks(argv: list[str], nranks: int, *, timeout: float | None = None,

@@ -4,17 +4,12 @@ that never joins is named instead of waited for."""
 
 import os
 import re
-import socket
 import subprocess
 import sys
 
 import pytest
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from pydfccl.bootstrap.store import free_port
 
 
 def _start(rank, size, port, *argv, extra=None):
@@ -26,7 +21,7 @@ def _start(rank, size, port, *argv, extra=None):
 
 
 def test_demo_with_torchrun_variables_verifies_every_result():
-    port = _free_port()
+    port = free_port()
     procs = [_start(r, 3, port, "-i", "2", "-k", "3") for r in range(3)]
     outs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], outs
@@ -36,7 +31,7 @@ def test_demo_with_torchrun_variables_verifies_every_result():
 
 
 def test_a_rank_that_never_joins_is_named():
-    port = _free_port()
+    port = free_port()
     lonely = _start(0, 2, port, "-i", "1", "-k", "2",
                     extra=dict(PYDFCCL_JOIN_TIMEOUT="3"))
     out, err = lonely.communicate(timeout=120)
@@ -47,7 +42,7 @@ def test_a_rank_that_never_joins_is_named():
 def test_ranks_on_two_hosts_are_refused_on_every_rank():
     """One rank a host (emulated): ``from_env()`` raises the refusal naming both hosts on
     each rank, instead of opening segments the other host could not reach."""
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     program = ("import pydfccl\n"
                "try:\n"
@@ -91,7 +86,7 @@ def test_a_killed_rank_is_named_at_once_from_its_process(tmp_path):
     """No heartbeat timeout is waited for: the peers see the process gone."""
     script = tmp_path / "killed.py"
     script.write_text(KILLED)
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     env.update(WORLD_SIZE="3", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     procs = [subprocess.Popen([sys.executable, str(script)], env=dict(env, RANK=str(r)),

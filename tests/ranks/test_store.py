@@ -11,14 +11,8 @@ import time
 
 import pytest
 
-from pydfccl.bootstrap.store import StoreGroup, secret_path
+from pydfccl.bootstrap.store import StoreGroup, free_port, secret_path
 from pydfccl.errors import PydfcclError
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_group(size, port, timeout=20.0, secret=None, job=None, ranks=None):
@@ -292,3 +286,16 @@ def test_a_second_job_on_the_same_port_fails_and_the_first_completes(tmp_path):
     assert took[0] < 120 and took[1] < 5 + 120, took      # from from_env(); loaded: 50 s
     print(f"\nsecond job: rank 0 refused in {took[0]:.2f} s, rank 1 in {took[1]:.2f} s "
           "(its join timeout, 5 s)")
+
+
+def test_free_ports_are_outside_the_range_of_outgoing_connections():
+    """A port from ``bind(0)`` is one the kernel also hands to client sockets, so another
+    program's connection can take it before rank 0 binds it; ``free_port`` draws below."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        low = int(f.read().split()[0])
+    ports = {free_port() for _ in range(20)}
+    assert all(10000 <= p < low for p in ports), (sorted(ports), low)
+    assert len(ports) > 1                      # drawn, not one fixed port
+    port = ports.pop()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))            # still free

@@ -38,7 +38,7 @@ def _mpiexec(n, per_node, *argv, timeout=300, **extra):
 @pytest.mark.parametrize("sync", ["none", "device"])
 def test_demo_across_emulated_nodes_verifies_every_output(sync):
     done = _mpiexec(4, 2, "-m", "pydfccl", "demo", "-i", "2", "-k", "6", "-c", "40",
-                    "--kinds", "all", "--sync", sync, "--no-progress")
+                    "--kinds", "all", "--sync", sync)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "100% disorder" in done.stdout
     assert "outputs verified: 42 " in done.stdout      # 6 kinds x 4 ranks x 2, less reduce's
@@ -47,7 +47,7 @@ def test_demo_across_emulated_nodes_verifies_every_output(sync):
 
 def test_nccl_policy_deadlock_is_reported_across_nodes():
     done = _mpiexec(4, 2, "-m", "pydfccl", "demo", "-i", "2", "-k", "4",
-                    "--policy", "nccl", "--watchdog", "5", "--no-progress")
+                    "--policy", "nccl", "--watchdog", "5")
     assert done.returncode == 3, done.stdout + done.stderr
     assert "wait-for cycle: rank 0 -> rank 3 -> rank 2 -> rank 1 -> rank 0" in done.stderr
 
@@ -100,10 +100,11 @@ print("RESULT " + json.dumps(dict(rank=comm.rank, net=comm.world.net.stats)), fl
 def test_a_pair_across_nodes_goes_through_mpi(tmp_path):
     """A ring all-reduce on nodes {0, 1} and {2, 3}: ranks 1 and 3 send to the other node
     (slots through their proxies), ranks 0 and 2 to their own (shared memory: no slot
-    through a proxy) and return the credit of what they receive across (heads)."""
+    through a proxy) and return the credit of what they receive across (heads). The ring
+    is asked for: on a GPU 4,000 bytes go one-shot (every rank sends to every peer)."""
     script = tmp_path / "ring.py"
     script.write_text(RING)
-    results = _results(_mpiexec(4, 2, str(script), timeout=300))
+    results = _results(_mpiexec(4, 2, str(script), timeout=300, PYDFCCL_ONE_SHOT_BYTES="0"))
     for rank in (1, 3):
         assert results[rank]["net"]["sent_slot"] > 0
         assert results[rank]["net"]["sent_head"] == 0

@@ -33,10 +33,10 @@
 #              disorder and then in order
 #   inorder    in-order all-reduces from 8 B to 256 MiB on 4 ranks, dfccl beside the nccl
 #              policy, 7 cycles
-#   net        ranks on emulated nodes under mpiexec (tests/ranks/test_net.py: the demo,
-#              the deadlock across nodes, the collectives matrix), then `bench` under
-#              `PYDFCCL_RANKS_PER_NODE=2 mpiexec -n 4`: the network path beside IPC and
-#              mpi4py's Allreduce
+#   net        ranks on emulated nodes under mpiexec, as docs/nodes.md runs them: the demo
+#              (and with device syncs), the nccl policy's deadlock across nodes (exit
+#              status 3), `bench` (the network path beside IPC and mpi4py's Allreduce)
+#   nettests   tests/ranks/test_net.py on the GPU (the collectives matrix among them)
 #   soak       random schedules with device syncs for SOAK_S seconds (default 90), every
 #              output checked
 #   train      examples/train_gpt.py with 2, 3 and 4 rank processes, RUNS runs of STEPS steps
@@ -45,7 +45,8 @@
 # TREE names the tree in the summary (default: git's HEAD, which is wrong where the files
 # were copied without their git metadata). Under $OUT (default ./out): summary.txt and
 # logs.tgz (one log per stage or run). Rank processes share the GPU through the MPS daemon,
-# started here and stopped at the end.
+# started here and stopped at the end. Processes a stage leaves behind are named in the
+# summary and killed before the next stage.
 set -u
 OUT=${OUT:-out}
 LOGS=${LOGS:-/tmp/pydfccl_acceptance_logs}
@@ -82,7 +83,17 @@ stage() {  # stage NAME TIMEOUT_S COMMAND...: log to $LOGS/NAME.log, one summary
   local rc=$?
   echo "[$name] rc=$rc $((SECONDS - t0)) s: $*" | tee -a "$SUMMARY"
   tail -n 12 "$LOGS/$name.log" | sed 's/^/    /' | tee -a "$SUMMARY"
+  reap "$name"
   tar czf "$OUT/logs.tgz" -C "$LOGS" .
+}
+reap() {  # reap NAME: kill and name the processes a stage left behind (they hold the GPU)
+  local left
+  left=$(pgrep -f 'pydfccl|examples/|pytest|mpiexec|hydra_pmi_proxy' | grep -vx "$$" || true)
+  [ -n "$left" ] || return 0
+  echo "[$1] left $(echo "$left" | wc -l) processes behind: killed" | tee -a "$SUMMARY"
+  ps -o pid,ppid,etimes,args -p $(echo $left) | cut -c1-160 | sed 's/^/    /' \
+    | tee -a "$SUMMARY"
+  kill -9 $left 2>/dev/null; sleep 1
 }
 RUNS=${RUNS:-3}
 STEPS=${STEPS:-200}
@@ -106,6 +117,7 @@ train_runs() {  # train_runs NAME ARGS...: RUNS runs of the example; one line of
     timeout 200 $PY examples/train_gpt.py "$@" --steps "$STEPS" --device cuda \
       --watchdog 120 --timeout 190 > "$log" 2>&1
     local rc=$?
+    reap "${name}_$i"
     tar czf "$OUT/logs.tgz" -C "$LOGS" .
     done=$((done + 1)); times+=($((SECONDS - t0)))
     if [ $rc -eq 0 ] && grep -q "(ok)" "$log" && grep -q "(decreasing)" "$log"; then
@@ -124,7 +136,7 @@ train_runs() {  # train_runs NAME ARGS...: RUNS runs of the example; one line of
 
 SCHEDULE=scripts/schedules/three_ranks_disordered_with_syncs.json
 for s in ${*:-startup tests latency2 latency8 many4 registration bandwidth inorder disorder chaos \
-    chaos8 chaos8p sync8 replay net soak ddp hook train}; do
+    chaos8 chaos8p sync8 replay net nettests soak ddp hook train}; do
   case $s in
     tests) stage tests 450 env PYDFCCL_DEADLOCK_STACKS=1 $PY -m pytest -q -rfE --tb=short \
              -p no:cacheprovider -o faulthandler_timeout=120 --durations=10 \
@@ -159,9 +171,14 @@ for s in ${*:-startup tests latency2 latency8 many4 registration bandwidth inord
               stage in_order 120 $PY -m pydfccl demo -n 4 -k 8 -i 50 --align --in-order ;;
     inorder) stage inorder 200 $PY -m pydfccl bench --nranks 4 -b 8 -e 268435456 -f 16 \
                -n 200 -N 7 -w 2 --baseline nccl ;;
-    net) stage net_tests 400 $PY -m pytest -q -x -rfE --tb=short -p no:cacheprovider \
-           -o faulthandler_timeout=120 tests/ranks/test_net.py
+    net) stage net_demo 150 env PYDFCCL_RANKS_PER_NODE=2 mpiexec -n 4 $PY -m pydfccl demo
+         stage net_demo_sync 150 env PYDFCCL_RANKS_PER_NODE=2 mpiexec -n 4 $PY -m pydfccl \
+           demo -i 20 --sync device
+         stage net_nccl 90 env PYDFCCL_RANKS_PER_NODE=1 mpiexec -n 4 $PY -m pydfccl demo \
+           -i 2 -k 4 --policy nccl --watchdog 5
          stage net_bench 200 env PYDFCCL_RANKS_PER_NODE=2 mpiexec -n 4 $PY -m pydfccl bench ;;
+    nettests) stage net_tests 300 $PY -m pytest -q -x -rfE --tb=short -p no:cacheprovider \
+           -o faulthandler_timeout=120 tests/ranks/test_net.py ;;
     soak) stage soak $((${SOAK_S:-90} + 90)) $PY -m pydfccl soak --seconds ${SOAK_S:-90} ;;
     ddp) stage ddp 300 $PY examples/ddp_bench.py --nranks 2 --backends gloo,dfccl --device cuda ;;
     replay) stage replay 90 $PY -m pydfccl demo --schedule $SCHEDULE

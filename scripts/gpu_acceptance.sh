@@ -46,7 +46,9 @@
 # were copied without their git metadata). Under $OUT (default ./out): summary.txt and
 # logs.tgz (one log per stage or run). Rank processes share the GPU through the MPS daemon,
 # started here and stopped at the end. Processes a stage leaves behind are named in the
-# summary and killed before the next stage.
+# summary and killed before the next stage. BUDGET_S (default 540) bounds the whole call:
+# a stage is cut to what is left of it, and none starts in its last 10 s. Set it below
+# what the machine will give the call: a stage killed from outside leaves no log.
 set -u
 OUT=${OUT:-out}
 LOGS=${LOGS:-/tmp/pydfccl_acceptance_logs}
@@ -78,7 +80,9 @@ PY=python3
 
 stage() {  # stage NAME TIMEOUT_S COMMAND...: log to $LOGS/NAME.log, one summary line
   local name=$1 limit=$2; shift 2
-  local t0=$SECONDS
+  local t0=$SECONDS left=$((DEADLINE - SECONDS))
+  [ $left -gt 10 ] || { echo "[$name] not started: the call's deadline" | tee -a "$SUMMARY"; return; }
+  [ $left -ge $limit ] || limit=$left      # ends within the call, its log kept
   timeout "$limit" "$@" > "$LOGS/$name.log" 2>&1
   local rc=$?
   echo "[$name] rc=$rc $((SECONDS - t0)) s: $*" | tee -a "$SUMMARY"
@@ -97,7 +101,7 @@ reap() {  # reap NAME: kill and name the processes a stage left behind (they hol
 }
 RUNS=${RUNS:-3}
 STEPS=${STEPS:-200}
-DEADLINE=$((SECONDS + ${BUDGET_S:-540}))   # stop starting runs past this (the call's limit)
+DEADLINE=$((SECONDS + ${BUDGET_S:-540}))   # no stage or run goes past this (the call's limit)
 
 export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps_pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps_log
 mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
@@ -108,13 +112,14 @@ train_runs() {  # train_runs NAME ARGS...: RUNS runs of the example; one line of
   local name=$1; shift
   local ok=0 done=0 times=()
   for i in $(seq 1 "$RUNS"); do
-    [ $SECONDS -lt $DEADLINE ] || { echo "[$name] stopped at the deadline" | tee -a "$SUMMARY"; break; }
+    [ $((DEADLINE - SECONDS)) -gt 10 ] || { echo "[$name] stopped at the deadline" | tee -a "$SUMMARY"; break; }
     if [ -z "${WARM:-}" ]; then    # the first run of the batch compiles the daemon afresh
       rm -f pydfccl/kernels/__pycache__/*.nbi pydfccl/kernels/__pycache__/*.nbc
       WARM=1; echo "[$name] run $i starts with an empty kernel cache" | tee -a "$SUMMARY"
     fi
     local t0=$SECONDS log="$LOGS/${name}_$i.log"
-    timeout 200 $PY examples/train_gpt.py "$@" --steps "$STEPS" --device cuda \
+    local limit=$((DEADLINE - SECONDS)); [ $limit -lt 200 ] || limit=200
+    timeout "$limit" $PY examples/train_gpt.py "$@" --steps "$STEPS" --device cuda \
       --watchdog 120 --timeout 190 > "$log" 2>&1
     local rc=$?
     reap "${name}_$i"

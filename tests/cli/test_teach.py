@@ -63,8 +63,9 @@ def test_status_every_prints_on_a_short_run_in_a_users_words(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     err = done.stderr
     assert "status (rank 0 done):" in err
-    # rank 1 may still be finishing its last collective when rank 0 is done
-    assert "rank 0: 0 outstanding" in err and re.search(r"rank 1: [01] outstanding", err)
+    # rank 0 done: rank 1's data has moved, but on a loaded machine its host may not yet
+    # have taken either of its 2 completions from its queue
+    assert "rank 0: 0 outstanding" in err and re.search(r"rank 1: [0-2] outstanding", err)
     for internal in ("launch_log", "daemon launches", "for_s", "loop "):
         assert internal not in err, internal
 

@@ -67,15 +67,14 @@ def env_group(timeout: float = JOIN_TIMEOUT):
     return torchrun_group(timeout) if under_torchrun() else StoreGroup(timeout=timeout)
 
 
-def _ephemeral_ports() -> tuple[int, int]:
-    """The range the kernel takes outgoing connections' ports from (Linux's default when
-    it cannot be read)."""
+def _first_ephemeral_port() -> int:
+    """Where the range the kernel takes outgoing connections' ports from starts (Linux's
+    default when it cannot be read)."""
     try:
         with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            low, high = (int(v) for v in f.read().split())
-        return low, high
-    except (OSError, ValueError):
-        return 32768, 60999
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -83,7 +82,7 @@ def free_port(host: str = "127.0.0.1") -> int:
     the range of outgoing connections' ports: a port the kernel hands out (``bind(0)``) can
     be given to a client socket before rank 0 binds it, most often on a machine where many
     connections come and go."""
-    low, _ = _ephemeral_ports()
+    low = _first_ephemeral_port()
     for _ in range(200):
         port = 10000 + secrets.randbelow(low - 10000) if low > 11000 else 0
         with socket.socket() as s:

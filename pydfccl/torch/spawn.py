@@ -11,10 +11,9 @@ import subprocess
 import sys
 import time
 
-__all__ = ["free_port", "spawn_ranks", "run_as_ranks"]
-
-
 from ..bootstrap.store import free_port
+
+__all__ = ["free_port", "spawn_ranks", "run_as_ranks"]
 
 
 def spawn_ranks(argv: list[str], nranks: int, *, timeout: float | None = None,

@@ -53,7 +53,8 @@ set -u
 OUT=${OUT:-out}
 LOGS=${LOGS:-/tmp/pydfccl_acceptance_logs}
 mkdir -p "$OUT" "$LOGS"
-# A numpy wheel in .whl/ (if any) replaces the machine's: numba-cuda 0.30 needs numpy < 2.5.
+# Wheels in .whl/ (if any) replace the machine's: numpy < 2.5 (numba-cuda 0.30 needs it)
+# and ml_dtypes < 0.7 (pyproject.toml pins it: 0.7's import takes half a second).
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || exit 1

@@ -5,11 +5,9 @@
 #   startup    `build-kernels` into an empty directory (no GPU used: as an install step
 #              would), then start-up to the first verified collective: cold, warm, and
 #              with that directory as the kernel cache (prebuilt)
-#   tests      the GPU tests (tests/gpu: threads and rank processes under MPS; the
-#              torch API on CUDA tensors; the fault table on the GPU:
-#              tests/torch/test_torch_faults.py, CUDA tensors and a rank 60 s late to
-#              barrier(), and tests/ranks/test_faults.py); the rest of the suite is CI's,
-#              on the simulator. TESTS (pytest paths or node ids) runs those instead
+#   tests      the GPU tests (tests/gpu: threads and rank processes under MPS); the rest
+#              of the suite is CI's, on the simulator, but for the stages below. TESTS
+#              (pytest paths or node ids) runs those instead
 #   latency2   an 8-byte all-reduce, submit to completion, 2 ranks, against a launch each
 #   latency8   the same on 8 ranks
 #   many4      64 concurrent 4 KiB all-reduces on 4 ranks, against a kernel launch each
@@ -37,6 +35,9 @@
 #              (and with device syncs), the nccl policy's deadlock across nodes (exit
 #              status 3), `bench` (the network path beside IPC and mpi4py's Allreduce)
 #   nettests   tests/ranks/test_net.py on the GPU (the collectives matrix among them)
+#   torchtests tests/torch/test_torch_api.py on CUDA tensors, rank processes under MPS
+#   faulttests the fault table on the GPU: tests/torch/test_torch_faults.py (CUDA tensors,
+#              a rank 60 s late to barrier()) and tests/ranks/test_faults.py
 #   soak       random schedules with device syncs for SOAK_S seconds (default 90), every
 #              output checked
 #   train      examples/train_gpt.py with 2, 3 and 4 rank processes, RUNS runs of STEPS steps
@@ -140,14 +141,20 @@ train_runs() {  # train_runs NAME ARGS...: RUNS runs of the example; one line of
   tar czf "$OUT/logs.tgz" -C "$LOGS" .
 }
 
+pytest_stage() {  # pytest_stage NAME TIMEOUT_S PATHS...: each test's name and result as it
+  local name=$1 limit=$2; shift 2     # ends (a stage cut short shows how far it got)
+  stage "$name" "$limit" env PYDFCCL_DEADLOCK_STACKS=1 $PY -m pytest -v -rfE --tb=short \
+    -p no:cacheprovider -o faulthandler_timeout=120 --durations=10 "$@"
+}
+
 SCHEDULE=scripts/schedules/three_ranks_disordered_with_syncs.json
 for s in ${*:-startup tests latency2 latency8 many4 registration bandwidth inorder disorder chaos \
-    chaos8 chaos8p sync8 replay net nettests soak ddp hook train}; do
+    chaos8 chaos8p sync8 replay net nettests torchtests faulttests soak ddp hook train}; do
   case $s in
-    tests) stage tests 450 env PYDFCCL_DEADLOCK_STACKS=1 $PY -m pytest -q -rfE --tb=short \
-             -p no:cacheprovider -o faulthandler_timeout=120 --durations=10 \
-             ${TESTS:-tests/gpu tests/torch/test_torch_api.py tests/torch/test_torch_faults.py \
-               tests/ranks/test_faults.py} ;;
+    tests) pytest_stage tests 300 ${TESTS:-tests/gpu} ;;
+    torchtests) pytest_stage torch_tests 540 tests/torch/test_torch_api.py ;;
+    faulttests) pytest_stage fault_tests 540 tests/torch/test_torch_faults.py \
+                  tests/ranks/test_faults.py ;;
     latency2) stage latency2 120 $PY -m pydfccl bench latency -n 2 --iters 10000 ;;
     latency8) stage latency8 120 $PY -m pydfccl bench latency -n 8 --iters 1000 ;;
     many4) stage many4 120 $PY -m pydfccl bench latency -n 4 -k 64 -c 1024 --iters 200 -w 20 ;;
@@ -183,8 +190,7 @@ for s in ${*:-startup tests latency2 latency8 many4 registration bandwidth inord
          stage net_nccl 90 env PYDFCCL_RANKS_PER_NODE=1 mpiexec -n 4 $PY -m pydfccl demo \
            -i 2 -k 4 --policy nccl --watchdog 5
          stage net_bench 200 env PYDFCCL_RANKS_PER_NODE=2 mpiexec -n 4 $PY -m pydfccl bench ;;
-    nettests) stage net_tests 300 $PY -m pytest -q -x -rfE --tb=short -p no:cacheprovider \
-           -o faulthandler_timeout=120 tests/ranks/test_net.py ;;
+    nettests) pytest_stage net_tests 300 tests/ranks/test_net.py ;;
     soak) stage soak $((${SOAK_S:-90} + 90)) $PY -m pydfccl soak --seconds ${SOAK_S:-90} ;;
     ddp) stage ddp 300 $PY examples/ddp_bench.py --nranks 2 --backends gloo,dfccl --device cuda ;;
     replay) stage replay 90 $PY -m pydfccl demo --schedule $SCHEDULE

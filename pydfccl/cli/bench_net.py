@@ -5,7 +5,9 @@ nodes through the network proxy; ``PYDFCCL_RANKS_PER_NODE`` emulates nodes), pyd
 shared memory or CUDA IPC only (the whole job when its ranks are on one machine, else each
 node's ranks), and mpi4py's own ``Allreduce`` on host buffers of the same size. Each row is
 the median over iterations of the slowest rank's time from ``run()`` to its result (for
-MPI, one ``Allreduce``). ``python -m pydfccl bench`` under mpiexec runs this.
+MPI, one ``Allreduce``). Every pydfccl run's result is checked, outside the timed part,
+with inputs that change from one run to the next. ``python -m pydfccl bench`` under
+mpiexec runs this.
 """
 
 from __future__ import annotations
@@ -42,6 +44,16 @@ def _slowest(group, times: np.ndarray) -> float:
     return float(np.median(np.max(group.allgather(times), axis=0)) * 1e6)
 
 
+def _check(rank: int, size: int, got: np.ndarray, want: int, run: int) -> None:
+    """Every element of a run's result is ``want`` (the ranks' inputs summed), or the
+    benchmark stops, naming the rank, size and run."""
+    wrong = np.flatnonzero(got != want)
+    if wrong.size:
+        raise AssertionError(f"rank {rank}: wrong all-reduce of {size} bytes in run {run}: "
+                             f"{wrong.size} elements differ from {want} (first at "
+                             f"{wrong[0]}: {got[wrong[0]]})")
+
+
 def _dfccl_times(group, sizes: list[int], iters: int, warmup: int, dtype: str) -> tuple:
     """{bytes: median us} of pydfccl all-reduces on ``group``'s ranks, and the pairs by
     transport."""
@@ -53,21 +65,22 @@ def _dfccl_times(group, sizes: list[int], iters: int, warmup: int, dtype: str) -
         for k, size in enumerate(sizes):
             comm.prepare(k, "all_reduce", count=size // itemsize, dtype=dtype)
         comm.start()
-        want = group.size * (group.size + 1) // 2
         for k, size in enumerate(sizes):
             x = comm.empty(size // itemsize, dtype)
             times = np.empty(iters)
             with gc_paused():
                 for i in range(warmup + iters):
-                    platform.copy_in(x, np.full(size // itemsize, comm.rank + 1, dtype))
+                    # each run's inputs differ from the last's, so a result left over from
+                    # the run before cannot pass for this one's
+                    shift = i % 3
+                    platform.copy_in(x, np.full(size // itemsize, comm.rank + 1 + shift, dtype))
                     group.Barrier()
                     t0 = time.perf_counter()
                     y = comm.run(k, x).result(timeout=600)
                     if i >= warmup:
                         times[i - warmup] = time.perf_counter() - t0
-            got = platform.to_numpy(y, dtype)
-            if not np.all(got == want):
-                raise AssertionError(f"rank {comm.rank}: wrong all-reduce of {size} bytes")
+                    _check(comm.rank, size, platform.to_numpy(y, dtype),
+                           group.size * (group.size + 1) // 2 + group.size * shift, i)
             out[size] = _slowest(group, times)
         pairs = describe_transports(comm.world.transports())
     return out, pairs

@@ -52,6 +52,18 @@ def test_nccl_policy_deadlock_is_reported_across_nodes():
     assert "wait-for cycle: rank 0 -> rank 3 -> rank 2 -> rank 1 -> rank 0" in done.stderr
 
 
+def test_the_benchmark_stops_at_a_wrong_result_naming_it():
+    """bench checks every run (inputs change from run to run), not only the last."""
+    import numpy as np
+
+    from pydfccl.cli.bench_net import _check
+
+    _check(0, 8, np.full(2, 10.0, np.float32), 10, 3)
+    with pytest.raises(AssertionError, match=r"rank 1: wrong all-reduce of 8 bytes in run 3: "
+                                             r"1 elements differ from 10 \(first at 1: 7.0\)"):
+        _check(1, 8, np.array([10.0, 7.0], np.float32), 10, 3)
+
+
 def test_bench_under_mpiexec_shows_network_ipc_and_mpi_rows():
     done = _mpiexec(4, 2, "-m", "pydfccl", "bench", "--bytes", "8,512", "--iters", "2")
     assert done.returncode == 0, done.stdout + done.stderr

@@ -13,7 +13,7 @@ from numba.cuda.cudadrv.devicearray import DeviceNDArray
 from ..protocol.codes import storage_dtype
 from . import driver, streams
 from .base import Backend
-from .storage import NumbaStorage
+from .storage import NumbaStorage, flat_bytes, host_bytes
 
 __all__ = ["GpuBackend", "GpuDeviceBuffer", "GpuHostBuffer"]
 
@@ -40,7 +40,7 @@ class GpuDeviceBuffer:
         """Copy ``data`` in and wait for it, on pydfccl's copy stream: a copy on the legacy
         default stream would wait for whatever the application queued there, which may
         itself be waiting for a collective (a collective prepared while others run)."""
-        raw = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
+        raw = host_bytes(data)
         streams.host_to_device(self._dev[offset:offset + raw.size], raw)
 
     def zero_rows(self, regions, write=None) -> None:
@@ -48,7 +48,7 @@ class GpuDeviceBuffer:
         data)``) in, with one wait for all of it."""
         if write is not None:
             offset, data = write
-            write = (offset, np.ascontiguousarray(data).view(np.uint8).reshape(-1))
+            write = (offset, host_bytes(data))
         streams.zero_rows(self.addr, regions, write)
 
     def read(self, offset: int, nbytes: int) -> np.ndarray:
@@ -157,7 +157,7 @@ class GpuBackend(Backend):
     def _copy_out(self, dev) -> np.ndarray:
         """On pydfccl's copy stream, not ordered with the application's streams."""
         if dev.is_c_contiguous():
-            return streams.device_to_host(streams.flat_bytes(dev)).view(dev.dtype).reshape(
+            return streams.device_to_host(flat_bytes(dev)).view(dev.dtype).reshape(
                 dev.shape)
         return dev.copy_to_host()
 
@@ -171,7 +171,7 @@ class GpuBackend(Backend):
         if dev.shape != values.shape or dev.dtype != values.dtype:
             raise ValueError(f"copy_in: {values.dtype} values of shape {values.shape} into a "
                              f"{dev.dtype} buffer of shape {dev.shape}")
-        streams.host_to_device(streams.flat_bytes(dev), values.view(np.uint8).reshape(-1))
+        streams.host_to_device(flat_bytes(dev), host_bytes(values))
 
     def configure_launch(self, kernel, nblocks: int, nthreads: int, stream):
         """``kernel`` configured once for its grid and ``stream``, for ``launch`` and

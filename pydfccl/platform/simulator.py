@@ -11,7 +11,7 @@ import time
 import numpy as np
 
 from .base import Backend
-from .storage import HostStorage
+from .storage import HostStorage, host_bytes
 
 __all__ = ["SimulatorBackend", "SimulatedBuffer", "install_gentle_block_supervisor"]
 
@@ -28,7 +28,7 @@ class SimulatedBuffer:
         self.addr = int(self.array.ctypes.data)
 
     def write(self, offset: int, data: np.ndarray) -> None:
-        raw = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
+        raw = host_bytes(data)
         self.array[offset:offset + raw.size] = raw
 
     def zero_rows(self, regions, write=None) -> None:

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..protocol.codes import normalize_dtype, storage_dtype
 
-__all__ = ["HostStorage", "NumbaStorage"]
+__all__ = ["HostStorage", "NumbaStorage", "flat_bytes", "host_bytes"]
 
 
 class HostStorage:
@@ -54,7 +54,15 @@ class HostStorage:
 
 def flat_bytes(dev):
     """A C-contiguous Numba device array as a flat uint8 one (the same memory)."""
+    if not dev.is_c_contiguous():
+        raise ValueError("pydfccl copies need a C-contiguous device array")
     return dev.reshape(dev.size).view(np.uint8)
+
+
+def host_bytes(values) -> np.ndarray:
+    """The bytes of host ``values`` as a flat uint8 array, what every copy to a device
+    takes (a copy of them only where ``values`` is not C-contiguous)."""
+    return np.ascontiguousarray(values).view(np.uint8).reshape(-1)
 
 
 class NumbaStorage:
@@ -89,8 +97,7 @@ class NumbaStorage:
 
     def write(self, raw, values: np.ndarray) -> None:
         if raw.size:
-            self._to_device(flat_bytes(raw), np.ascontiguousarray(values).view(np.uint8)
-                            .reshape(-1))
+            self._to_device(flat_bytes(raw), host_bytes(values))
 
     def fill(self, raw, value: np.ndarray) -> None:
         if raw.size == 0:

@@ -18,7 +18,7 @@ from numba import cuda
 from .driver import driver_result
 
 __all__ = ["StreamWriteOps", "new_stream", "destroy_stream", "copy_stream", "host_to_device",
-           "device_to_host", "zero_device", "zero_rows", "memset_words", "flat_bytes",
+           "device_to_host", "zero_device", "zero_rows", "memset_words",
            "STAGING_BYTES"]
 
 
@@ -142,13 +142,6 @@ def memset_words(dev_bytes, pattern: int, itemsize: int) -> None:
     driver_result(setter(addr, pattern, dev_bytes.size // itemsize, stream._pydfccl_handle),
                   f"cuMemsetD{8 * itemsize}Async")
     stream.synchronize()
-
-
-def flat_bytes(dev):
-    """A C-contiguous Numba device array as a flat uint8 one (the same memory)."""
-    if not dev.is_c_contiguous():
-        raise ValueError("pydfccl copies need a C-contiguous device array")
-    return dev.reshape(dev.size).view(np.uint8)
 
 
 class StreamWriteOps:

@@ -93,8 +93,10 @@ stage() {  # stage NAME TIMEOUT_S COMMAND...: log to $LOGS/NAME.log, one summary
   tar czf "$OUT/logs.tgz" -C "$LOGS" .
 }
 reap() {  # reap NAME: kill and name the processes a stage left behind (they hold the GPU)
-  local left
-  left=$(pgrep -f 'pydfccl|examples/|pytest|mpiexec|hydra_pmi_proxy' | grep -vx "$$" || true)
+  local left p
+  left=$(for p in $(pgrep -f 'pydfccl|examples/|pytest|mpiexec|hydra_pmi_proxy'); do
+           ps -o args= -p "$p" | grep -q gpu_acceptance.sh || echo "$p"   # not this script
+         done)
   [ -n "$left" ] || return 0
   echo "[$1] left $(echo "$left" | wc -l) processes behind: killed" | tee -a "$SUMMARY"
   ps -o pid,ppid,etimes,args -p $(echo $left) | cut -c1-160 | sed 's/^/    /' \

@@ -8,6 +8,7 @@ Without a GPU the processes run the simulator."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -74,11 +75,16 @@ def test_bench_under_mpiexec_shows_network_ipc_and_mpi_rows():
     assert [int(r[0]) for r in rows] == [8, 512] and all(len(r) == 5 for r in rows)
 
 
+def _records(text: str, head: str) -> list:
+    """Each record that starts with ``head``, up to the next record or line end: mpiexec
+    forwards the ranks' output in pieces, so two ranks' lines can share a line."""
+    return re.findall(rf"{head}.*?(?={head}|\n|$)", text)
+
+
 def _results(done) -> dict:
     assert done.returncode == 0, done.stdout + done.stderr
-    lines = [json.loads(line[len("RESULT "):]) for line in done.stdout.splitlines()
-             if line.startswith("RESULT ")]
-    return {r["rank"]: r for r in lines}
+    found = [json.loads(x[len("RESULT "):]) for x in _records(done.stdout, "RESULT ")]
+    return {r["rank"]: r for r in found}
 
 
 @pytest.mark.parametrize("per_node, pairs", [(1, {"ipc": 0, "mpi": 6}),
@@ -198,14 +204,14 @@ def test_a_stopped_rank_on_another_node_is_named_on_every_rank(tmp_path):
         proc = subprocess.Popen([MPIEXEC, "-n", "4", sys.executable, str(script)],
                                 env=_env(2, PYDFCCL_HEARTBEAT_TIMEOUT="3"), stdout=sink,
                                 stderr=subprocess.STDOUT, text=True)
-    lines, stopped = [], None
+    stopped = None
     deadline = time.monotonic() + 120
     try:
         while time.monotonic() < deadline and proc.poll() is None:
-            lines = out.read_text().splitlines()
-            stopped = next((int(x.split()[1]) for x in lines if x.startswith("STOPPING ")),
-                           None)
-            if sum(" after " in x for x in lines) >= 3:
+            text = out.read_text()
+            found = re.search(r"STOPPING (\d+)", text)
+            stopped = int(found.group(1)) if found else None
+            if len(_records(text, r"rank \d after ")) >= 3:
                 break
             time.sleep(0.5)
     finally:
@@ -216,9 +222,9 @@ def test_a_stopped_rank_on_another_node_is_named_on_every_rank(tmp_path):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-    lines = out.read_text().splitlines()
-    reports = [x for x in lines if " after " in x]
-    assert len(reports) == 3, "\n".join(lines)
+    text = out.read_text()
+    reports = _records(text, r"rank \d after ")
+    assert len(reports) == 3, text
     for rank in (0, 1, 2):
         line = next(x for x in reports if x.startswith(f"rank {rank} "))
         assert "rank 3: no heartbeat for " in line, line

@@ -3,17 +3,22 @@
 A thread blocked in ``Future.result()`` learns of its collective's completion by watching
 the next completion-queue stamp. Watching it from Python means sleeping between looks
 (microseconds each, and the GIL taken back every time), which with several rank threads in
-one process turns into GIL hand-offs that cost far more than the collective. This compiled
-loop watches the stamp with atomic loads and no GIL, so the other ranks' threads run while
-it waits and the waiter sees the stamp within a few hundred nanoseconds.
+one process turns into GIL hand-offs that cost far more than the collective. These machine
+code loops watch the stamp with atomic loads, called through ``ctypes`` (which releases the
+GIL for the call), so the other ranks' threads run while one waits and the waiter sees the
+stamp within a few hundred nanoseconds.
+
+The loops are written in LLVM IR and compiled with llvmlite's JIT when first needed, in
+milliseconds: as ``numba.njit`` functions, even loaded from Numba's disk cache, they cost
+every process Numba's CPU target, 0.35 s to import and 0.35 s more at the first call.
 """
 
 from __future__ import annotations
 
+import ctypes
+import threading
+
 import numpy as np
-from llvmlite import ir
-from numba import njit, types
-from numba.extending import intrinsic
 
 __all__ = ["wait_for_stamp", "wait_for_any_stamp", "warm_up", "SPINS_PER_CALL"]
 
@@ -21,45 +26,118 @@ __all__ = ["wait_for_stamp", "wait_for_any_stamp", "warm_up", "SPINS_PER_CALL"]
 # microseconds) so that the caller can check timeouts and errors in Python.
 SPINS_PER_CALL = 20_000
 
-
-@intrinsic
-def _load_acquire_i64(typingctx, addr):
-    """An acquire load of the int64 at ``addr`` (the compiler may not hoist it out of a
-    loop, and it sees the daemon's release store of the stamp with what came before)."""
-    def codegen(context, builder, sig, args):
-        ptr = builder.inttoptr(args[0], ir.PointerType(ir.IntType(64)))
-        return builder.load_atomic(ptr, "acquire", 8)
-
-    return types.int64(types.int64), codegen
+_loops: dict = {}
+_loops_lock = threading.Lock()
 
 
-@njit(nogil=True, cache=True)
-def wait_for_stamp(addr, want, spins):
+def _counted_loop(builder, fn, count, body):
+    """``for i in range(count): body(builder, i)``; ``body`` may return from ``fn``."""
+    from llvmlite import ir
+
+    i64 = ir.IntType(64)
+    entry = builder.block
+    head, look, step, out = (fn.append_basic_block(n) for n in ("head", "look", "step", "out"))
+    builder.branch(head)
+    builder.position_at_end(head)
+    i = builder.phi(i64)
+    i.add_incoming(ir.Constant(i64, 0), entry)
+    builder.cbranch(builder.icmp_signed("<", i, count), look, out)
+    builder.position_at_end(look)
+    body(builder, i)
+    builder.branch(step)
+    builder.position_at_end(step)
+    i.add_incoming(builder.add(i, ir.Constant(i64, 1)), step)
+    builder.branch(head)
+    builder.position_at_end(out)
+
+
+def _stamp_reached(builder, fn, addr, want, found):
+    """Return ``found`` from ``fn`` if the int64 at ``addr`` is at least ``want``, read with
+    an acquire load (never hoisted out of the loop; it sees what the daemon wrote before its
+    release store of the stamp)."""
+    from llvmlite import ir
+
+    i64 = ir.IntType(64)
+    ptr = builder.inttoptr(addr, ir.PointerType(i64))
+    value = builder.load_atomic(ptr, "acquire", 8)
+    hit = fn.append_basic_block("hit")
+    miss = fn.append_basic_block("miss")
+    builder.cbranch(builder.icmp_signed(">=", value, want), hit, miss)
+    builder.position_at_end(hit)
+    builder.ret(found)
+    builder.position_at_end(miss)
+
+
+def _module():
+    """The IR of ``wait_for_stamp(addr, want, spins)`` (1: reached, 0: not yet) and
+    ``wait_for_any_stamp(addrs, wants, n, spins)`` (the index of the first of ``n`` stamps
+    that reached its want, -1: none yet)."""
+    from llvmlite import ir
+
+    i64 = ir.IntType(64)
+    ptr64 = ir.PointerType(i64)
+    module = ir.Module(name="pydfccl_hostspin")
+
+    one = ir.Function(module, ir.FunctionType(i64, [i64, i64, i64]), "wait_for_stamp")
+    addr, want, spins = one.args
+    b = ir.IRBuilder(one.append_basic_block("entry"))
+    _counted_loop(b, one, spins,
+                  lambda b, _: _stamp_reached(b, one, addr, want, ir.Constant(i64, 1)))
+    b.ret(ir.Constant(i64, 0))
+
+    any_ = ir.Function(module, ir.FunctionType(i64, [ptr64, ptr64, i64, i64]),
+                       "wait_for_any_stamp")
+    addrs, wants, n, spins = any_.args
+    b = ir.IRBuilder(any_.append_basic_block("entry"))
+
+    def each_stamp(b, j):
+        _stamp_reached(b, any_, b.load(b.gep(addrs, [j])), b.load(b.gep(wants, [j])), j)
+
+    _counted_loop(b, any_, spins, lambda b, _: _counted_loop(b, any_, n, each_stamp))
+    b.ret(ir.Constant(i64, -1))
+    return module
+
+
+def _compiled():
+    """The two loops as ctypes functions, compiled once a process."""
+    with _loops_lock:
+        if not _loops:
+            import llvmlite.binding as llvm
+
+            llvm.initialize_native_target()
+            llvm.initialize_native_asmprinter()
+            machine = llvm.Target.from_default_triple().create_target_machine(opt=2)
+            module = llvm.parse_assembly(str(_module()))
+            module.verify()
+            engine = llvm.create_mcjit_compiler(module, machine)
+            engine.finalize_object()
+            i64, p = ctypes.c_int64, ctypes.c_void_p
+            _loops["engine"] = engine             # the code lives as long as its engine
+            _loops["one"] = ctypes.CFUNCTYPE(i64, i64, i64, i64)(
+                engine.get_function_address("wait_for_stamp"))
+            _loops["any"] = ctypes.CFUNCTYPE(i64, p, p, i64, i64)(
+                engine.get_function_address("wait_for_any_stamp"))
+        return _loops
+
+
+def wait_for_stamp(addr: int, want: int, spins: int) -> bool:
     """Watch the int64 at ``addr`` until it is at least ``want`` or ``spins`` looks have
-    passed; return whether it got there."""
-    for _ in range(spins):
-        if _load_acquire_i64(addr) >= want:
-            return True
-    return False
+    passed, without the GIL; return whether it got there."""
+    return bool(_compiled()["one"](addr, want, spins))
 
 
-@njit(nogil=True, cache=True)
-def wait_for_any_stamp(addrs, wants, spins):
-    """Watch several int64s at once; return the index of the first that reached its
-    ``wants`` entry, or -1 after ``spins`` rounds."""
-    for _ in range(spins):
-        for i in range(addrs.size):
-            if _load_acquire_i64(addrs[i]) >= wants[i]:
-                return i
-    return -1
+def wait_for_any_stamp(addrs: np.ndarray, wants: np.ndarray, spins: int) -> int:
+    """Watch several int64s at once (``addrs``, ``wants``: int64 arrays of one length);
+    return the index of the first that reached its ``wants`` entry, or -1 after ``spins``
+    rounds."""
+    addrs = np.ascontiguousarray(addrs, np.int64)
+    wants = np.ascontiguousarray(wants, np.int64)
+    if addrs.shape != wants.shape or addrs.ndim != 1:
+        raise ValueError(f"addrs and wants must be 1-d and of one length, got shapes "
+                         f"{addrs.shape} and {wants.shape}")
+    return int(_compiled()["any"](addrs.ctypes.data, wants.ctypes.data, addrs.size, spins))
 
 
 def warm_up() -> None:
-    """Load both loops now, with the argument types their callers pass. Numba's first call
-    of a function in a process takes 0.4 to 0.7 s even from its disk cache, and it came in
-    the first ``result()``: in a traced demo on the H200 every rank's daemon had completed
-    its first iteration's runs within 4 to 11 ms, and the host had the results after
-    350 ms."""
-    word = np.zeros(1, np.int64)
-    wait_for_stamp(word.ctypes.data, 0, 1)
-    wait_for_any_stamp(np.array([word.ctypes.data], np.int64), np.zeros(1, np.int64), 1)
+    """Compile both loops now rather than in the first ``result()``."""
+    _compiled()

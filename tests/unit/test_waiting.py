@@ -185,17 +185,40 @@ def _no_hold():
     return nullcontext()
 
 
-def test_warm_up_loads_the_loops_the_waiters_call():
-    """``Communicator.start`` loads both compiled loops (hostspin.warm_up) so that the first
-    ``result()`` does not: their callers' arguments then find a loaded overload, and no
-    call compiles or loads another."""
+def test_the_loops_find_the_stamp_their_callers_watch():
+    """``wait_for_stamp`` says whether one stamp reached its want within the looks it was
+    given; ``wait_for_any_stamp`` names the first of several that did, or -1. Arguments as
+    help_until_done and the poller pass them: Python ints, int64 arrays."""
     hostspin.warm_up()
-    loaded = (len(hostspin.wait_for_stamp.overloads), len(hostspin.wait_for_any_stamp.overloads))
-    assert loaded[0] >= 1 and loaded[1] >= 1
-    word = np.ones(1, np.int64)
-    # as help_until_done and the poller pass them: Python ints, int64 arrays
-    assert hostspin.wait_for_stamp(int(word.ctypes.data), 1, hostspin.SPINS_PER_CALL)
-    assert hostspin.wait_for_any_stamp(np.array([word.ctypes.data], np.int64),
-                                       np.array([1], np.int64), hostspin.SPINS_PER_CALL) == 0
-    assert (len(hostspin.wait_for_stamp.overloads),
-            len(hostspin.wait_for_any_stamp.overloads)) == loaded
+    words = np.zeros(3, np.int64)
+    addrs = np.array([words[i:].ctypes.data for i in range(3)], np.int64)
+    assert not hostspin.wait_for_stamp(int(addrs[0]), 1, 1000)
+    assert hostspin.wait_for_any_stamp(addrs, np.ones(3, np.int64), 1000) == -1
+    words[2] = 5
+    assert hostspin.wait_for_any_stamp(addrs, np.ones(3, np.int64), 1000) == 2
+    words[1] = 1
+    assert hostspin.wait_for_any_stamp(addrs, np.ones(3, np.int64), 1000) == 1
+    assert hostspin.wait_for_any_stamp(addrs, np.array([9, 9, 6], np.int64), 1000) == -1
+    words[0] = 3
+    assert hostspin.wait_for_stamp(int(addrs[0]), 3, hostspin.SPINS_PER_CALL)
+    assert not hostspin.wait_for_stamp(int(addrs[0]), 4, 0)
+    with pytest.raises(ValueError, match="one length"):
+        hostspin.wait_for_any_stamp(addrs, np.ones(2, np.int64), 1)
+
+
+def test_a_waiting_loop_lets_other_threads_run():
+    """The loop runs without the GIL: the thread that posts the stamp runs Python while the
+    waiter looks, and the waiter returns as soon as it is posted, long before its looks
+    (about 10**12, hours) are spent."""
+    word = np.zeros(1, np.int64)
+
+    def post():
+        time.sleep(0.05)
+        word[0] = 7
+
+    poster = threading.Thread(target=post)
+    poster.start()
+    t0 = time.perf_counter()
+    assert hostspin.wait_for_stamp(int(word.ctypes.data), 7, 10**12)
+    poster.join()
+    assert time.perf_counter() - t0 < 60.0

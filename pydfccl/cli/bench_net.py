@@ -6,8 +6,9 @@ shared memory or CUDA IPC only (the whole job when its ranks are on one machine,
 node's ranks), and mpi4py's own ``Allreduce`` on host buffers of the same size. Each row is
 the median over iterations of the slowest rank's time from ``run()`` to its result (for
 MPI, one ``Allreduce``). Every pydfccl run's result is checked, outside the timed part,
-with inputs that change from one run to the next. ``python -m pydfccl bench`` under
-mpiexec runs this.
+with inputs that change from one run to the next. Below the table, where the network
+proxies' time went in the run across nodes (``transport.timings``). ``python -m pydfccl
+bench`` under mpiexec runs this.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from .. import platform
 from ..bootstrap.topology import RANKS_PER_NODE, node_indices, rank_hosts
 from ..host.gcpause import gc_paused
 from ..transport.summary import describe_transports
+from ..transport.timings import timings_table
 from .exits import UsageError
 from .options import where
 
@@ -55,8 +57,8 @@ def _check(rank: int, size: int, got: np.ndarray, want: int, run: int) -> None:
 
 
 def _dfccl_times(group, sizes: list[int], iters: int, warmup: int, dtype: str) -> tuple:
-    """{bytes: median us} of pydfccl all-reduces on ``group``'s ranks, and the pairs by
-    transport."""
+    """{bytes: median us} of pydfccl all-reduces on ``group``'s ranks, the pairs by
+    transport, and this rank's network proxy's timings (None without one)."""
     from ..host.communicator import Communicator
 
     itemsize = np.dtype(dtype).itemsize
@@ -83,7 +85,9 @@ def _dfccl_times(group, sizes: list[int], iters: int, warmup: int, dtype: str) -
                            group.size * (group.size + 1) // 2 + group.size * shift, i)
             out[size] = _slowest(group, times)
         pairs = describe_transports(comm.world.transports())
-    return out, pairs
+        proxy = comm.world.net
+        timings = None if proxy is None else proxy.timings.summary()
+    return out, pairs, timings
 
 
 def _mpi_times(group, sizes: list[int], iters: int, warmup: int, dtype: str) -> dict:
@@ -108,18 +112,18 @@ def _mpi_times(group, sizes: list[int], iters: int, warmup: int, dtype: str) -> 
 
 def _ipc_group(world):
     """The ranks that reach each other without the network: the whole job when all its
-    processes are on one machine (nodes emulated or none), else each node's ranks; and
-    how to name them."""
+    processes are on one machine (nodes emulated or none), else each node's ranks; how to
+    name them; and whether they are all on one machine."""
     from mpi4py import MPI
 
     local = world.Split_type(MPI.COMM_TYPE_SHARED)
     one_machine = world.allreduce(local.size, op=MPI.MIN) == world.size
     local.Free()
     if one_machine:
-        return world.Dup(), f"{world.size} ranks"
+        return world.Dup(), f"{world.size} ranks", True
     nodes = node_indices(rank_hosts(world))
     mine = world.Split(nodes[world.rank], world.rank)
-    return mine, f"each node's {mine.size} ranks"
+    return mine, f"each node's {mine.size} ranks", False
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -146,11 +150,12 @@ def main(argv: list[str]) -> int:
         raise UsageError(f"--iters at least 1, --warmup at least 0, and every size a "
                          f"positive multiple of {itemsize} bytes ({args.dtype})")
     world = MPI.COMM_WORLD
-    net, pairs = _dfccl_times(world, sizes, args.iters, args.warmup, args.dtype)
-    ipc_group, ipc_name = _ipc_group(world)
+    net, pairs, timings = _dfccl_times(world, sizes, args.iters, args.warmup, args.dtype)
+    timings = world.gather(timings)
+    ipc_group, ipc_name, one_machine = _ipc_group(world)
     emulated = os.environ.pop(RANKS_PER_NODE, None)     # its ranks are one node
     try:
-        ipc, _ = _dfccl_times(ipc_group, sizes, args.iters, args.warmup, args.dtype)
+        ipc, _, _ = _dfccl_times(ipc_group, sizes, args.iters, args.warmup, args.dtype)
     finally:
         if emulated is not None:
             os.environ[RANKS_PER_NODE] = emulated
@@ -165,5 +170,10 @@ def main(argv: list[str]) -> int:
         for size in sizes:
             print(f"{size:>10} {net[size]:>13.1f} {ipc[size]:>13.1f} {mpi[size]:>10.1f} "
                   f"{net[size] / mpi[size]:>8.2f}", flush=True)
+        if any(timings):
+            print("the network proxies in the runs across nodes (loop gap: from one look at "
+                  "the shadows to the next; pool write: a received slot and its tail; "
+                  "transit: from the sender's proxy to the receiver's, on one machine only)")
+            print("\n".join(timings_table(timings, one_machine)), flush=True)
     ipc_group.Free()
     return 0

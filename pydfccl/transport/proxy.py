@@ -8,9 +8,10 @@ moved, sends p's proxy a message: for a tail, one per slot it covers with the sl
 (a one-shot all_reduce's lane of it) and the new tail; for a head, its value. p's proxy
 writes the bytes into p's own pool and then the counter (data before flag), at the same
 offsets: a connector's place in a pool is the same on every rank. A message is an 8-word
-header and a payload, sent with ``Isend`` on a communicator of the proxies' own (a ``Dup``
-of the job's, so that the user's MPI traffic cannot match it); each peer has one ``Irecv``
-posted at a time, and MPI keeps a pair's messages in order.
+header (its last word: when the sender's proxy sent it, for ``timings``) and a payload, sent
+with ``Isend`` on a communicator of the proxies' own (a ``Dup`` of the job's, so that the
+user's MPI traffic cannot match it); each peer has one ``Irecv`` posted at a time, and MPI
+keeps a pair's messages in order.
 
 Beside the connectors it sends its rank's control row every ``rows.ROW_PERIOD`` seconds,
 the abort report once the world has one, and a goodbye when its communicator closes.
@@ -32,6 +33,7 @@ from ..protocol import layout as L
 from ..protocol.collectives import ONE_SHOT
 from ..kernels.plans import lane_bytes
 from .rows import ROW_MESSAGE_BYTES, ROW_PERIOD, apply_row, row_bytes
+from .timings import ProxyTimings
 
 __all__ = ["NetProxy", "TAG", "SLOT", "HEAD", "ROW", "ABORT", "BYE"]
 
@@ -46,9 +48,11 @@ CLOSE_WAIT_S = 10.0    # at close, how long the proxy waits for its last sends
 class NetProxy:
     """The proxy of rank ``rank`` of ``world`` on ``comm`` (an mpi4py communicator of the
     job's ranks, the proxies' own; ``mpi``: the module of its ``BYTE`` and ``Status``).
-    ``start()`` starts its thread; ``close()`` sends what is left, says goodbye and stops it. ``stats`` counts messages by kind, sent and received
-    (tests check that a pair across nodes really goes through MPI); ``delivered`` counts
-    the slots and credits written into the rank's pool (``World.activity``)."""
+    ``start()`` starts its thread; ``close()`` sends what is left, says goodbye and stops
+    it. ``stats`` counts messages by kind, sent and received (tests check that a pair
+    across nodes really goes through MPI); ``delivered`` counts the slots and credits
+    written into the rank's pool (``World.activity``); ``timings`` shows where its time
+    goes (``timings.ProxyTimings``)."""
 
     def __init__(self, world, rank: int, comm, idle_sleep: float = 5e-4, mpi=None):
         if mpi is None:         # a stand-in's (BYTE, Status) for tests without MPI
@@ -81,6 +85,7 @@ class NetProxy:
         self.stats = {f"{way}_{kind}": 0 for way in ("sent", "received")
                       for kind in _KINDS.values()}
         self.delivered = 0      # slots and credits written into this rank's pool
+        self.timings = ProxyTimings()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"pydfccl-net-{rank}",
                                         daemon=True)
@@ -104,10 +109,14 @@ class NetProxy:
     def _run(self) -> None:
         from .. import platform
 
-        next_row = 0.0
+        next_row, last = 0.0, None
         try:
             platform.bind_thread()      # its copies into the pool: the process's GPU
             while not self._stop.is_set():
+                began = time.perf_counter()
+                if last is not None:
+                    self.timings.add("loop gap", began - last)
+                last = began
                 busy = self._forward() + self._receive()
                 now = time.monotonic()
                 if now >= next_row:
@@ -153,6 +162,7 @@ class NetProxy:
         header = np.zeros(HEADER_WORDS, np.int64)
         header[0] = kind
         header[1:1 + len(words)] = words
+        header[-1] = time.monotonic_ns()
         buf = header.view(np.uint8)
         if payload is not None:
             buf = np.concatenate([buf, np.ascontiguousarray(payload).view(np.uint8)])
@@ -249,10 +259,14 @@ class NetProxy:
         payload = message[8 * HEADER_WORDS:]
         kind = int(header[0])
         self.stats[f"received_{_KINDS[kind]}"] += 1
+        if kind in (SLOT, HEAD):
+            self.timings.add("transit", (time.monotonic_ns() - int(header[-1])) / 1e9)
         if kind == SLOT:
             conn, lane, value, offset, nbytes = (int(w) for w in header[1:6])
+            began = time.perf_counter()
             self._own.write(offset, payload[:nbytes])       # the data, then its tail
             self._own.write(self._counter(conn, L.CONN_TAIL, lane), np.int64([value]))
+            self.timings.add("pool write", time.perf_counter() - began)
             self.delivered += 1          # a daemon that quit waiting for it: relaunch now
         elif kind == HEAD:
             conn, lane, value = (int(w) for w in header[1:4])

@@ -71,8 +71,15 @@ def test_bench_under_mpiexec_shows_network_ipc_and_mpi_rows():
     assert "4 ranks, pairs: 2 ipc, 4 mpi; ipc: pydfccl on 4 ranks without the network" \
         in done.stdout
     assert "dfccl net us  dfccl ipc us  mpi4py us" in done.stdout
-    rows = [line.split() for line in done.stdout.splitlines() if line.strip()[:1].isdigit()]
-    assert [int(r[0]) for r in rows] == [8, 512] and all(len(r) == 5 for r in rows)
+    lines = done.stdout.splitlines()
+    rows = [x.split() for x in lines if x.strip()[:1].isdigit() and len(x.split()) == 5]
+    assert [int(r[0]) for r in rows] == [8, 512]
+    # where the proxies' time went: every rank's loop, its received slots' writes and the
+    # messages' transit (the ranks share this machine's clock)
+    timed = set(re.findall(r"^\s*(\d) (loop gap|pool write|transit) +\d+ ", done.stdout,
+                           re.MULTILINE))
+    for rank in "0123":
+        assert {(rank, "loop gap"), (rank, "pool write"), (rank, "transit")} <= timed, lines
 
 
 def _records(text: str, head: str) -> list:

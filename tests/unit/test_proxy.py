@@ -193,3 +193,27 @@ def test_a_row_reaches_its_replica_and_an_abort_its_report(ranks):
     assert worlds[2].ctl["abort"].all()
     proxies[2]._forward_abort()
     assert proxies[2].stats["sent_abort"] == 0      # its sender told every node
+
+
+def test_the_proxy_times_its_writes_and_the_messages_transit(ranks):
+    """Each received slot's copy into the pool and each slot's or head's time from the
+    sender's proxy to the receiver's are kept; the table shows them by rank, and transit
+    only where the ranks share one machine's clock."""
+    from pydfccl.transport.timings import timings_table
+
+    cfg, worlds, proxies = ranks
+    base = _conn(cfg, 2)
+    _word(worlds[0].pools[1], base + L.CONN_TAIL, 1)
+    assert proxies[0]._forward() == 1
+    time.sleep(0.01)
+    assert proxies[1]._receive() == 1
+    summary = proxies[1].timings.summary()
+    assert summary["pool write"][0] == 1 and summary["transit"][0] == 1
+    count, median, p99, top = summary["transit"]
+    assert 10_000 <= median <= p99 <= top < 60e6      # microseconds: the 10 ms slept
+    assert proxies[0].timings.summary() == {}         # it received nothing, never looped
+    lines = timings_table([None, summary], one_machine=True)
+    assert lines[0].split() == ["rank", "what", "count", "median", "us", "p99", "us", "max",
+                                "us"]
+    assert [x.split()[:2] for x in lines[1:]] == [["1", "pool"], ["1", "transit"]]
+    assert [x.split()[:2] for x in timings_table([None, summary], False)[1:]] == [["1", "pool"]]

@@ -8,32 +8,9 @@ load that LLVM may hoist out of the loop.
 
 from __future__ import annotations
 
-import contextlib
 import re
 
 __all__ = ["daemon_ptx", "spin_loops", "unordered_spin_loops"]
-
-
-class _StandInDevice:
-    """What numba-cuda's device-function compiler asks of the current device."""
-
-    def __init__(self, cc):
-        self.compute_capability = cc
-
-
-@contextlib.contextmanager
-def _without_driver(cc):
-    from numba.cuda import dispatcher
-
-    original = dispatcher.get_current_device
-    try:
-        original()
-    except Exception:
-        dispatcher.get_current_device = lambda: _StandInDevice(cc)
-    try:
-        yield
-    finally:
-        dispatcher.get_current_device = original
 
 
 def daemon_ptx(policy="dfccl", cc=(9, 0)) -> str:
@@ -41,10 +18,11 @@ def daemon_ptx(policy="dfccl", cc=(9, 0)) -> str:
     from numba import cuda
 
     from ..sched.policies import get_policy
+    from .ahead import offline_device
     from .daemon import DAEMON_SIGNATURE, make_daemon
 
     kernel = make_daemon(get_policy(policy))
-    with _without_driver(cc):
+    with offline_device(cc):
         ptx, _ = cuda.compile_ptx(kernel.py_func, DAEMON_SIGNATURE, cc=cc)
     return ptx
 

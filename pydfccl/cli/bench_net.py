@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 
 import numpy as np
@@ -137,6 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--iters", type=int, default=50 if gpu else 5)
     p.add_argument("-w", "--warmup", type=int, default=5 if gpu else 1)
     p.add_argument("-d", "--dtype", default="float32")
+    p.add_argument("--switch-interval", type=float, default=None,
+                   help="set sys.setswitchinterval (seconds) in every rank process: how "
+                        "often a thread that wants the GIL (a network proxy) gets it from "
+                        "one that holds it")
     return p
 
 
@@ -149,6 +154,10 @@ def main(argv: list[str]) -> int:
     if args.iters < 1 or args.warmup < 0 or any(s < itemsize or s % itemsize for s in sizes):
         raise UsageError(f"--iters at least 1, --warmup at least 0, and every size a "
                          f"positive multiple of {itemsize} bytes ({args.dtype})")
+    if args.switch_interval is not None:
+        if args.switch_interval <= 0:
+            raise UsageError(f"--switch-interval {args.switch_interval}: must be positive")
+        sys.setswitchinterval(args.switch_interval)
     world = MPI.COMM_WORLD
     net, pairs, timings = _dfccl_times(world, sizes, args.iters, args.warmup, args.dtype)
     timings = world.gather(timings)
@@ -164,7 +173,8 @@ def main(argv: list[str]) -> int:
         print(f"all-reduce across nodes on the {where()}: {world.size} ranks, {pairs}; "
               f"ipc: pydfccl on {ipc_name} without the network; mpi: mpi4py Allreduce on "
               f"host buffers; median of the slowest rank over {args.iters} runs after "
-              f"{args.warmup} warm-up")
+              f"{args.warmup} warm-up; GIL switch interval {sys.getswitchinterval() * 1e3:g} "
+              f"ms")
         print(f"{'bytes':>10} {'dfccl net us':>13} {'dfccl ipc us':>13} {'mpi4py us':>10} "
               f"{'net/mpi':>8}")
         for size in sizes:

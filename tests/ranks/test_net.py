@@ -66,10 +66,12 @@ def test_the_benchmark_stops_at_a_wrong_result_naming_it():
 
 
 def test_bench_under_mpiexec_shows_network_ipc_and_mpi_rows():
-    done = _mpiexec(4, 2, "-m", "pydfccl", "bench", "--bytes", "8,512", "--iters", "2")
+    done = _mpiexec(4, 2, "-m", "pydfccl", "bench", "--bytes", "8,512", "--iters", "2",
+                    "--switch-interval", "0.0005")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "4 ranks, pairs: 2 ipc, 4 mpi; ipc: pydfccl on 4 ranks without the network" \
         in done.stdout
+    assert "warm-up; GIL switch interval 0.5 ms" in done.stdout
     assert "dfccl net us  dfccl ipc us  mpi4py us" in done.stdout
     lines = done.stdout.splitlines()
     rows = [x.split() for x in lines if x.strip()[:1].isdigit() and len(x.split()) == 5]
@@ -80,6 +82,14 @@ def test_bench_under_mpiexec_shows_network_ipc_and_mpi_rows():
                            re.MULTILINE))
     for rank in "0123":
         assert {(rank, "loop gap"), (rank, "pool write"), (rank, "transit")} <= timed, lines
+
+
+def test_bench_net_names_a_bad_switch_interval():
+    done = subprocess.run([sys.executable, "-m", "pydfccl", "bench", "net",
+                           "--switch-interval", "0"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "--switch-interval 0.0: must be positive" in done.stderr
 
 
 def _records(text: str, head: str) -> list:

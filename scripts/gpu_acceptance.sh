@@ -34,6 +34,7 @@
 #   net        ranks on emulated nodes under mpiexec, as docs/nodes.md runs them: the demo
 #              (and with device syncs), the nccl policy's deadlock across nodes (exit
 #              status 3), `bench` (the network path beside IPC and mpi4py's Allreduce)
+#   netgil     the network benchmark with a 50 us GIL switch interval in every rank process
 #   nettests   tests/ranks/test_net.py on the GPU (the collectives matrix among them)
 #   torchtests tests/torch/test_torch_api.py on CUDA tensors, rank processes under MPS
 #   faulttests the fault table on the GPU: tests/torch/test_torch_faults.py (CUDA tensors,
@@ -151,7 +152,7 @@ pytest_stage() {  # pytest_stage NAME TIMEOUT_S PATHS...: each test's name and r
 
 SCHEDULE=scripts/schedules/three_ranks_disordered_with_syncs.json
 for s in ${*:-startup tests latency2 latency8 many4 registration bandwidth inorder disorder chaos \
-    chaos8 chaos8p sync8 replay net nettests torchtests faulttests soak ddp hook train}; do
+    chaos8 chaos8p sync8 replay net netgil nettests torchtests faulttests soak ddp hook train}; do
   case $s in
     tests) pytest_stage tests 300 ${TESTS:-tests/gpu} ;;
     torchtests) pytest_stage torch_tests 540 tests/torch/test_torch_api.py ;;
@@ -192,6 +193,8 @@ for s in ${*:-startup tests latency2 latency8 many4 registration bandwidth inord
          stage net_nccl 90 env PYDFCCL_RANKS_PER_NODE=1 mpiexec -n 4 $PY -m pydfccl demo \
            -i 2 -k 4 --policy nccl --watchdog 5
          stage net_bench 200 env PYDFCCL_RANKS_PER_NODE=2 mpiexec -n 4 $PY -m pydfccl bench ;;
+    netgil) stage net_bench_gil 150 env PYDFCCL_RANKS_PER_NODE=2 mpiexec -n 4 $PY -m pydfccl \
+              bench --bytes 8,4096,262144 --switch-interval 5e-5 ;;
     nettests) pytest_stage net_tests 300 tests/ranks/test_net.py ;;
     soak) stage soak $((${SOAK_S:-90} + 90)) $PY -m pydfccl soak --seconds ${SOAK_S:-90} ;;
     ddp) stage ddp 300 $PY examples/ddp_bench.py --nranks 2 --backends gloo,dfccl --device cuda ;;

@@ -59,12 +59,14 @@ def _check(rank: int, size: int, got: np.ndarray, want: int, run: int) -> None:
 
 def _dfccl_times(group, sizes: list[int], iters: int, warmup: int, dtype: str) -> tuple:
     """{bytes: median us} of pydfccl all-reduces on ``group``'s ranks, the pairs by
-    transport, and this rank's network proxy's timings (None without one)."""
+    transport, and {bytes: every rank's network proxy's timings of the timed runs (None
+    for a rank without one)} on the group's rank 0."""
     from ..host.communicator import Communicator
 
     itemsize = np.dtype(dtype).itemsize
-    out = {}
+    out, timings = {}, {}
     with Communicator.from_mpi(group, max_colls=max(len(sizes), 2)) as comm:
+        proxy = comm.world.net
         for k, size in enumerate(sizes):
             comm.prepare(k, "all_reduce", count=size // itemsize, dtype=dtype)
         comm.start()
@@ -76,6 +78,8 @@ def _dfccl_times(group, sizes: list[int], iters: int, warmup: int, dtype: str) -
                     # each run's inputs differ from the last's, so a result left over from
                     # the run before cannot pass for this one's
                     shift = i % 3
+                    if i == warmup and proxy is not None:
+                        proxy.timings.take()        # the timed runs' alone
                     platform.copy_in(x, np.full(size // itemsize, comm.rank + 1 + shift, dtype))
                     group.Barrier()
                     t0 = time.perf_counter()
@@ -85,9 +89,8 @@ def _dfccl_times(group, sizes: list[int], iters: int, warmup: int, dtype: str) -
                     _check(comm.rank, size, platform.to_numpy(y, dtype),
                            group.size * (group.size + 1) // 2 + group.size * shift, i)
             out[size] = _slowest(group, times)
+            timings[size] = group.gather(None if proxy is None else proxy.timings.take())
         pairs = describe_transports(comm.world.transports())
-        proxy = comm.world.net
-        timings = None if proxy is None else proxy.timings.summary()
     return out, pairs, timings
 
 
@@ -160,7 +163,6 @@ def main(argv: list[str]) -> int:
         sys.setswitchinterval(args.switch_interval)
     world = MPI.COMM_WORLD
     net, pairs, timings = _dfccl_times(world, sizes, args.iters, args.warmup, args.dtype)
-    timings = world.gather(timings)
     ipc_group, ipc_name, one_machine = _ipc_group(world)
     emulated = os.environ.pop(RANKS_PER_NODE, None)     # its ranks are one node
     try:
@@ -180,10 +182,11 @@ def main(argv: list[str]) -> int:
         for size in sizes:
             print(f"{size:>10} {net[size]:>13.1f} {ipc[size]:>13.1f} {mpi[size]:>10.1f} "
                   f"{net[size] / mpi[size]:>8.2f}", flush=True)
-        if any(timings):
-            print("the network proxies in the runs across nodes (loop gap: from one look at "
-                  "the shadows to the next; pool write: a received slot and its tail; "
-                  "transit: from the sender's proxy to the receiver's, on one machine only)")
+        if any(r is not None for ranks in timings.values() for r in ranks):
+            print("the network proxies in the timed runs across nodes, every rank's samples "
+                  "(loop gap: from one look at the shadows to the next; pool write: a "
+                  "received slot and its tail; transit: from the sender's proxy to the "
+                  "receiver's, on one machine only)")
             print("\n".join(timings_table(timings, one_machine)), flush=True)
     ipc_group.Free()
     return 0

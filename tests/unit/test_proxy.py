@@ -197,8 +197,8 @@ def test_a_row_reaches_its_replica_and_an_abort_its_report(ranks):
 
 def test_the_proxy_times_its_writes_and_the_messages_transit(ranks):
     """Each received slot's copy into the pool and each slot's or head's time from the
-    sender's proxy to the receiver's are kept; the table shows them by rank, and transit
-    only where the ranks share one machine's clock."""
+    sender's proxy to the receiver's are kept until taken; the table pools every rank's by
+    size, and shows transit only where the ranks share one machine's clock."""
     from pydfccl.transport.timings import timings_table
 
     cfg, worlds, proxies = ranks
@@ -207,13 +207,16 @@ def test_the_proxy_times_its_writes_and_the_messages_transit(ranks):
     assert proxies[0]._forward() == 1
     time.sleep(0.01)
     assert proxies[1]._receive() == 1
-    summary = proxies[1].timings.summary()
-    assert summary["pool write"][0] == 1 and summary["transit"][0] == 1
-    count, median, p99, top = summary["transit"]
-    assert 10_000 <= median <= p99 <= top < 60e6      # microseconds: the 10 ms slept
-    assert proxies[0].timings.summary() == {}         # it received nothing, never looped
-    lines = timings_table([None, summary], one_machine=True)
-    assert lines[0].split() == ["rank", "what", "count", "median", "us", "p99", "us", "max",
-                                "us"]
-    assert [x.split()[:2] for x in lines[1:]] == [["1", "pool"], ["1", "transit"]]
-    assert [x.split()[:2] for x in timings_table([None, summary], False)[1:]] == [["1", "pool"]]
+    taken = proxies[1].timings.take()
+    assert taken["pool write"].size == 1 and taken["transit"].size == 1
+    assert 10_000 <= taken["transit"][0] < 60e6        # microseconds: the 10 ms slept
+    assert all(v.size == 0 for v in proxies[1].timings.take().values())   # taken: afresh
+    assert all(v.size == 0 for v in proxies[0].timings.take().values())   # it never looped
+    lines = timings_table({8: [None, taken], 512: [None, None]}, one_machine=True)
+    assert lines[0].split() == ["bytes", "loop", "gap", "us", "p99", "pool", "write", "us",
+                                "p99", "transit", "us", "p99"]
+    eight = lines[1].split()
+    assert eight[:3] == ["8", "-", "-"] and abs(float(eight[5]) - taken["transit"][0]) <= 0.05
+    assert lines[2].split() == ["512"] + ["-"] * 6
+    across = timings_table({8: [None, taken]}, one_machine=False)
+    assert "transit" not in across[0] and len(across[1].split()) == 5

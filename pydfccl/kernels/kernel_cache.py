@@ -9,11 +9,11 @@ daemon's key (a hash of the sources' content, see ``compiler.fingerprint``), and
 key is Numba's with its closure-pickle part replaced by the same key. ``build-kernels``
 writes entries through this class too, so that what it writes is what the runtime looks up.
 
-A load skips the two costs of Numba's own that a cached daemon does not need, 1 s of a
-warm start on a CPU of the CI kind: refreshing the CUDA target's context (0.9 s: every
-typing and lowering registry, fp16 and bf16 included; rebuilding a cached kernel reads
-none, and a compile refreshes it itself) and pickling the closure's cells for a hash the
-key then drops (0.1 s).
+A load skips the two costs of Numba's own that a cached daemon does not need: refreshing
+the CUDA target's context (every typing and lowering registry, fp16 and bf16 included;
+rebuilding a cached kernel reads none, and a compile refreshes it itself) and pickling the
+closure's cells for a hash the key then drops. On an idle CPU machine of the CI kind the
+load took 0.35-0.38 s with them and takes 0.02-0.03 s without.
 """
 
 from __future__ import annotations

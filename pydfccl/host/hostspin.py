@@ -27,7 +27,7 @@ __all__ = ["wait_for_stamp", "wait_for_any_stamp", "warm_up", "SPINS_PER_CALL"]
 # microseconds) so that the caller can check timeouts and errors in Python.
 SPINS_PER_CALL = 20_000
 
-_loops: dict = {}
+_loops: dict | None = None       # set once, whole, by _compiled
 _loops_lock = threading.Lock()
 
 
@@ -99,10 +99,14 @@ def _module():
     return module
 
 
-def _compiled():
-    """The two loops as ctypes functions, compiled once a process."""
+def _compiled() -> dict:
+    """The two loops as ctypes functions, compiled once a process (the lock only until
+    then: every waiter's call comes here)."""
+    global _loops
+    if _loops is not None:
+        return _loops
     with _loops_lock:
-        if not _loops:
+        if _loops is None:
             import llvmlite.binding as llvm
 
             llvm.initialize_native_target()
@@ -113,11 +117,12 @@ def _compiled():
             engine = llvm.create_mcjit_compiler(module, machine)
             engine.finalize_object()
             i64, p = ctypes.c_int64, ctypes.c_void_p
-            _loops["engine"] = engine             # the code lives as long as its engine
-            _loops["one"] = ctypes.CFUNCTYPE(i64, i64, i64, i64)(
-                engine.get_function_address("wait_for_stamp"))
-            _loops["any"] = ctypes.CFUNCTYPE(i64, p, p, i64, i64)(
-                engine.get_function_address("wait_for_any_stamp"))
+            _loops = dict(
+                engine=engine,                # the code lives as long as its engine
+                one=ctypes.CFUNCTYPE(i64, i64, i64, i64)(
+                    engine.get_function_address("wait_for_stamp")),
+                any=ctypes.CFUNCTYPE(i64, p, p, i64, i64)(
+                    engine.get_function_address("wait_for_any_stamp")))
         return _loops
 
 

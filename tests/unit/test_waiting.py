@@ -222,3 +222,22 @@ def test_a_waiting_loop_lets_other_threads_run():
     assert hostspin.wait_for_stamp(int(word.ctypes.data), 7, 10**12)
     poster.join()
     assert time.perf_counter() - t0 < 60.0
+
+
+def test_threads_that_wait_at_once_before_the_loops_exist_all_get_them(monkeypatch):
+    """Every waiter's call asks for the compiled loops; the first compiles them under a
+    lock while the others wait for the whole set, never a part of it."""
+    monkeypatch.setattr(hostspin, "_loops", None)
+    word = np.ones(1, np.int64)
+    answers, start = [], threading.Barrier(8)
+
+    def wait():
+        start.wait()
+        answers.append(hostspin.wait_for_stamp(int(word.ctypes.data), 1, 10))
+
+    threads = [threading.Thread(target=wait) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert answers == [True] * 8

@@ -79,6 +79,7 @@ class NetProxy:
         self._recv_bufs = {p: np.empty(self._max_bytes, np.uint8) for p in self.peers}
         self._recvs = {}
         self._sends: list = []          # (request, buffer) until the send completes
+        self._rows_out: dict = {}       # peer -> the request of the last row sent to it
         self._one_shot: dict[int, bool] = {}     # connector set -> one-shot all_reduce?
         self._gone: set[int] = set()             # peers that said goodbye
         self._abort_sent = False
@@ -156,9 +157,10 @@ class NetProxy:
 
     # -- sending -----------------------------------------------------------------------------
 
-    def _send(self, peer: int, kind: int, words=(), payload=None) -> None:
+    def _send(self, peer: int, kind: int, words=(), payload=None):
+        """Post a message to ``peer``; its request (None: the peer said goodbye)."""
         if peer in self._gone:
-            return
+            return None
         header = np.zeros(HEADER_WORDS, np.int64)
         header[0] = kind
         header[1:1 + len(words)] = words
@@ -169,6 +171,7 @@ class NetProxy:
         request = self.comm.Isend([buf, self._mpi.BYTE], dest=peer, tag=TAG)
         self._sends.append((request, buf))
         self.stats[f"sent_{_KINDS[kind]}"] += 1
+        return request
 
     def _reap(self) -> None:
         if self._sends:
@@ -221,9 +224,16 @@ class NetProxy:
         self._send(peer, SLOT, (conn, lane, value, offset, nbytes), data)
 
     def _send_row(self) -> None:
+        """This rank's row to each peer whose last one has gone out. Rows to a peer that
+        receives nothing (a stopped process) would pile up in MPI's buffers, 20 a second,
+        until MPI could send to no one: a stopped rank's peers then stopped hearing the
+        live ranks of its node and named them instead. A newer row replaces an unsent one
+        anyway."""
         payload = row_bytes(self.world, self.rank)
         for p in self.peers:
-            self._send(p, ROW, (), payload)
+            last = self._rows_out.get(p)
+            if last is None or last.Test():
+                self._rows_out[p] = self._send(p, ROW, (), payload)
 
     def _forward_abort(self) -> None:
         if self._abort_sent or not self.world.report[0]:

@@ -195,6 +195,30 @@ def test_a_row_reaches_its_replica_and_an_abort_its_report(ranks):
     assert proxies[2].stats["sent_abort"] == 0      # its sender told every node
 
 
+def test_rows_to_a_peer_that_takes_none_do_not_pile_up(ranks):
+    """A stopped peer receives nothing, so no row sent to it completes: rank 0 keeps one
+    row in flight to it and goes on sending rows to the peer that receives (unbounded,
+    20 a second, they exhausted MPI's buffers and silenced rank 0 to everyone)."""
+    cfg, worlds, proxies = ranks
+    proxy = proxies[0]
+    stopped = []
+    posted = proxy.comm.Isend
+
+    def isend(spec, dest, tag):
+        if dest != 2:
+            return posted(spec, dest, tag)
+        stopped.append(spec)
+        return _Request(lambda status=None: False)     # never received
+
+    proxy.comm.Isend = isend
+    for _ in range(5):
+        proxy._send_row()
+        proxy._reap()
+    assert len(stopped) == 1
+    assert len(proxy.comm.queues[(0, 1)]) == 5          # every row to rank 1
+    assert proxies[1]._receive() == 5
+
+
 def test_the_proxy_times_its_writes_and_the_messages_transit(ranks):
     """Each received slot's copy into the pool and each slot's or head's time from the
     sender's proxy to the receiver's are kept until taken; the table pools every rank's by

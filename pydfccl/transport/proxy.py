@@ -137,7 +137,7 @@ class NetProxy:
     def _finish(self) -> None:
         self._forward()
         self._receive()
-        self._send_row()
+        self._send_row(last_one=True)
         self._forward_abort()
         for p in self.peers:
             if p not in self._gone:
@@ -223,16 +223,17 @@ class NetProxy:
         data = self.world.pools[peer].array[offset:offset + nbytes]
         self._send(peer, SLOT, (conn, lane, value, offset, nbytes), data)
 
-    def _send_row(self) -> None:
+    def _send_row(self, last_one: bool = False) -> None:
         """This rank's row to each peer whose last one has gone out. Rows to a peer that
         receives nothing (a stopped process) would pile up in MPI's buffers, 20 a second,
         until MPI could send to no one: a stopped rank's peers then stopped hearing the
         live ranks of its node and named them instead. A newer row replaces an unsent one
-        anyway."""
+        anyway. ``last_one``: the row at close goes to every peer (its heartbeat says the
+        rank closed on purpose, ``liveness.closed_peers``)."""
         payload = row_bytes(self.world, self.rank)
         for p in self.peers:
             last = self._rows_out.get(p)
-            if last is None or last.Test():
+            if last_one or last is None or last.Test():
                 self._rows_out[p] = self._send(p, ROW, (), payload)
 
     def _forward_abort(self) -> None:

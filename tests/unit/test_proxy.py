@@ -198,7 +198,8 @@ def test_a_row_reaches_its_replica_and_an_abort_its_report(ranks):
 def test_rows_to_a_peer_that_takes_none_do_not_pile_up(ranks):
     """A stopped peer receives nothing, so no row sent to it completes: rank 0 keeps one
     row in flight to it and goes on sending rows to the peer that receives (unbounded,
-    20 a second, they exhausted MPI's buffers and silenced rank 0 to everyone)."""
+    20 a second, they exhausted MPI's buffers and silenced rank 0 to everyone); the row
+    sent at close, which says the rank closed, goes to every peer."""
     cfg, worlds, proxies = ranks
     proxy = proxies[0]
     stopped = []
@@ -217,6 +218,8 @@ def test_rows_to_a_peer_that_takes_none_do_not_pile_up(ranks):
     assert len(stopped) == 1
     assert len(proxy.comm.queues[(0, 1)]) == 5          # every row to rank 1
     assert proxies[1]._receive() == 5
+    proxy._send_row(last_one=True)      # at close, the row that says so goes to every peer
+    assert len(stopped) == 2 and proxies[1]._receive() == 1
 
 
 def test_the_proxy_times_its_writes_and_the_messages_transit(ranks):

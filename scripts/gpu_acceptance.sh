@@ -24,7 +24,8 @@
 #              submission
 #   replay     a three-rank schedule with device syncs replayed (scripts/schedules/), under
 #              dfccl and under the nccl policy (exit status 3)
-#   ddp        examples/ddp_bench.py: DDP steps a second on gloo and dfccl, 2 rank processes
+#   ddp        examples/ddp_bench.py: DDP steps a second on nccl (a rank a GPU), gloo and
+#              dfccl (2 rank processes)
 #   hook       examples/ddp_timing.py: DDP with pydfccl's all-reduce hook against all-reduces
 #              by hand, 2 rank processes
 #   disorder   the demo on 4 ranks, every iteration started on all ranks at once, in 100%
@@ -197,7 +198,8 @@ for s in ${*:-startup tests latency2 latency8 many4 registration bandwidth inord
               bench --bytes 8,4096,262144 --switch-interval 5e-5 ;;
     nettests) pytest_stage net_tests 300 tests/ranks/test_net.py ;;
     soak) stage soak $((${SOAK_S:-90} + 90)) $PY -m pydfccl soak --seconds ${SOAK_S:-90} ;;
-    ddp) stage ddp 300 $PY examples/ddp_bench.py --nranks 2 --backends gloo,dfccl --device cuda ;;
+    ddp) stage ddp 300 $PY examples/ddp_bench.py --nranks 2 --backends nccl,gloo,dfccl \
+         --device cuda ;;
     replay) stage replay 90 $PY -m pydfccl demo --schedule $SCHEDULE
             stage replay_nccl 60 $PY -m pydfccl demo --schedule $SCHEDULE --policy nccl --watchdog 5 ;;
     *)     echo "unknown stage $s" | tee -a "$SUMMARY" ;;

@@ -154,6 +154,20 @@ def test_the_ddp_benchmark_runs_the_same_program_on_gloo_and_dfccl():
                            "--timeout", "400"],
                           env=user_env(), capture_output=True, text=True, timeout=500)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
-    rows = dict(re.findall(r"^(gloo|dfccl) +([\d.]+) ", done.stdout, re.M))
+    rows = dict(re.findall(r"^(gloo|dfccl) +2 +([\d.]+) ", done.stdout, re.M))
     assert set(rows) == {"gloo", "dfccl"} and all(float(v) > 0 for v in rows.values())
-    assert "final weights agree" in done.stdout and "(ok)" in done.stdout, done.stdout
+    assert "final weights of gloo, dfccl agree" in done.stdout and "(ok)" in done.stdout, \
+        done.stdout
+
+
+def test_the_ddp_benchmark_runs_nccl_one_rank_a_gpu():
+    """On one GPU NCCL runs one rank (two on one GPU is an error of NCCL's); gloo and dfccl
+    keep --nranks, and nccl on the CPU is left to torch to refuse."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("ddp_bench", ROOT / "examples" / "ddp_bench.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    cuda = bench.parse(["--nranks", "4", "--device", "cuda"])
+    assert [bench.ranks_for(b, cuda, 1) for b in ("nccl", "gloo", "dfccl")] == [1, 4, 4]
+    assert bench.ranks_for("nccl", cuda, 8) == 4
+    assert bench.ranks_for("nccl", bench.parse(["--nranks", "4"]), 1) == 4

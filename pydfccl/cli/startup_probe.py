@@ -53,6 +53,10 @@ def main(argv: list[str], import_seconds: float) -> int:
     phases["runtime modules (numba.cuda)"] = time.perf_counter() - t
 
     t = time.perf_counter()
+    pydfccl.platform.backend.open_context()
+    phases["CUDA context"] = time.perf_counter() - t
+
+    t = time.perf_counter()
     daemon_for(pydfccl.get_policy(policy), WorldConfig(nranks=2).nthreads)
     phases["daemon compile or load"] = time.perf_counter() - t
 

@@ -131,6 +131,10 @@ class Backend:
 
     # -- what each backend does its own way --------------------------------------------------
 
+    def open_context(self) -> None:
+        """Make this process's device context now rather than at its first use (the
+        simulator has none): ``bench startup`` times the driver's start-up apart."""
+
     def gpu_available(self) -> bool:
         raise NotImplementedError
 

@@ -108,6 +108,9 @@ class GpuBackend(Backend):
     def stream_write_ops(self):
         return streams.StreamWriteOps()
 
+    def open_context(self) -> None:
+        cuda.current_context()
+
     def bind_thread(self) -> None:
         """In a thread pydfccl starts (launcher, poller): use the process's device. A CUDA
         context is current per thread, and a new thread would otherwise take GPU 0's."""

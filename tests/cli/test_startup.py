@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PHASES = ["import pydfccl", "runtime modules (numba.cuda)", "daemon compile or load",
-          "ranks up", "prepare + start", "first verified collective", "ranks down",
+PHASES = ["import pydfccl", "runtime modules (numba.cuda)", "CUDA context",
+          "daemon compile or load", "ranks up", "prepare + start", "first verified collective", "ranks down",
           "process start to the verified result", "whole process, with its exit"]
 
 

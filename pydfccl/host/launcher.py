@@ -34,6 +34,8 @@ __all__ = ["LaunchState", "Launcher", "LauncherError"]
 
 MAX_PAUSE = 0.01          # the longest wait before relaunching a daemon that quit stuck
 IDLE_LOOK = 0.05          # how often an idle launcher looks again without being woken
+LOST_AFTER = 1.0          # work owed this long to a launch thread that looks: a lost launch
+STARVED_AFTER = 60.0      # ... or owed this long to one that has not looked since
 LAUNCH_CALL_WARN = 5.0    # a launch call that takes this long is named in status()
 
 
@@ -75,6 +77,7 @@ class Launcher:
         self._frees_held = None       # the launch-per-call baseline's hold on Numba's frees
         self._log: collections.deque = collections.deque(maxlen=24)
         self._owed = None      # (state's since, first seen) of an idle state with work out
+        self._looked = 0.0     # when the launch thread last weighed whether to launch
         self._thread: threading.Thread | None = None
 
     # -- state -----------------------------------------------------------------------------
@@ -90,8 +93,10 @@ class Launcher:
 
     def check(self) -> None:
         """The rule, from outside the launch thread (the poller calls it while work is out):
-        a launcher whose thread died, or that has stayed idle or paused for a second since
-        it was first seen so with work undone, has lost a launch. Raises ``LauncherError``."""
+        a launcher whose thread died, or that has stayed idle or paused with work undone
+        while its thread looked again and again for a second, has lost a launch. A thread
+        that has not looked since the work came is starved of the CPU or the GIL (a loaded
+        machine), not wrong: it is given a minute. Raises ``LauncherError``."""
         with self._cond:
             if self.state is LaunchState.STOPPED or not self._running():
                 return
@@ -105,11 +110,14 @@ class Launcher:
             if self._owed is None or self._owed[0] != self._since:
                 self._owed = (self._since, now)     # first seen so in this state
                 return
-            if now - self._owed[1] > 1.0:
+            owed_for = now - self._owed[1]
+            looking = self._thread is None or self._looked - self._owed[1] > LOST_AFTER
+            if (owed_for > LOST_AFTER and looking) or owed_for > STARVED_AFTER:
                 raise LauncherError(
                     f"rank {self.rank}: {undone} run(s) undone and no daemon on its way "
                     f"(launcher {self.state.value} for {now - self._since:.1f} s, with work "
-                    f"for {now - self._owed[1]:.1f} s)")
+                    f"for {owed_for:.1f} s; its thread last looked "
+                    f"{now - self._looked:.1f} s ago)")
 
     def view(self) -> dict:
         """What ``Communicator.status()`` shows of the launches (lock held)."""
@@ -158,7 +166,7 @@ class Launcher:
                         if not self._running():
                             self._set(LaunchState.STOPPED, "communicator stopped")
                             return
-                        undone = self._undone()
+                        undone, self._looked = self._undone(), time.monotonic()
                         if undone and self._due(pause, paused_at, activity):
                             break
                         if not undone and self.state is not LaunchState.IDLE:

@@ -96,6 +96,33 @@ def test_check_names_a_launch_that_was_lost():
     assert launcher._owed is None
 
 
+def test_check_gives_a_starved_launch_thread_time_but_names_one_that_looks_and_waits():
+    """A loaded machine can keep the launch thread from the CPU or the GIL for seconds: not
+    a lost launch while the thread has not looked since the work came, but one once it has
+    looked for a second without launching, or has not looked for a minute."""
+    rank = Rank(undone=1)
+    launcher = rank.launcher()
+    parked = threading.Event()
+    launcher._thread = threading.Thread(target=parked.wait)   # alive, never looking
+    launcher._thread.start()
+    try:
+        launcher.state = LaunchState.PAUSED
+        launcher.check()                                      # first seen
+        owed_at = launcher._owed[1]
+        launcher._owed = (launcher._owed[0], owed_at - 5.0)   # owed for 5 s
+        launcher.check()                                      # the thread has not looked
+        launcher._looked = owed_at - 3.0                      # it looked 2 s after: lost
+        with pytest.raises(LauncherError, match="its thread last looked"):
+            launcher.check()
+        launcher._looked = 0.0
+        launcher._owed = (launcher._owed[0], owed_at - 61.0)  # a minute without looking
+        with pytest.raises(LauncherError, match="with work for 6[01]"):
+            launcher.check()
+    finally:
+        parked.set()
+        launcher._thread.join()
+
+
 def test_a_launch_that_fails_fails_the_communicator_and_stops():
     rank = Rank(undone=1)
 

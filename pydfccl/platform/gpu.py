@@ -37,7 +37,7 @@ class GpuDeviceBuffer:
         streams.zero_device(self.addr, nbytes)
 
     def write(self, offset: int, data: np.ndarray) -> None:
-        """Copy ``data`` in and wait for it, on pydfccl's copy stream: a copy on the legacy
+        """Copy ``data`` in and wait for it, on pydfccl's copy streams: a copy on the legacy
         default stream would wait for whatever the application queued there, which may
         itself be waiting for a collective (a collective prepared while others run)."""
         raw = host_bytes(data)
@@ -53,7 +53,7 @@ class GpuDeviceBuffer:
 
     def read(self, offset: int, nbytes: int) -> np.ndarray:
         """Copy bytes out (the trace drain reads the event rings with this), through pinned
-        memory on pydfccl's copy stream."""
+        memory on pydfccl's copy streams."""
         return streams.device_to_host(self._dev[offset:offset + nbytes])
 
 
@@ -86,7 +86,7 @@ class GpuBackend(Backend):
     numba_device_array = DeviceNDArray
     DeviceBuffer = GpuDeviceBuffer
     HostBuffer = GpuHostBuffer
-    # pydfccl arrays: copies and fills on pydfccl's copy stream, waited for
+    # pydfccl arrays: copies and fills on pydfccl's copy streams, waited for
     array_storage = NumbaStorage(cuda.device_array, streams.host_to_device,
                                  streams.device_to_host, streams.memset_words)
     new_stream = staticmethod(streams.new_stream)
@@ -158,7 +158,7 @@ class GpuBackend(Backend):
         return cuda.device_array(count, storage_dtype(dtype))
 
     def _copy_out(self, dev) -> np.ndarray:
-        """On pydfccl's copy stream, not ordered with the application's streams."""
+        """On pydfccl's copy streams, not ordered with the application's streams."""
         if dev.is_c_contiguous():
             return streams.device_to_host(flat_bytes(dev)).view(dev.dtype).reshape(
                 dev.shape)

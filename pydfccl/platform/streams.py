@@ -3,12 +3,14 @@
 Never the legacy default stream: work the application queued there may be waiting for a
 collective, and a daemon on a stream that synchronizes with it would block every other
 launch on the device. pydfccl's own copies (pool writes and reads, ``copy_in``) go through
-pinned memory on a copy stream of their own, so that each is one DMA waited for on that
-stream alone, rather than a copy the driver stages through buffers of its own.
+pinned memory on a stream of their own (a *staging*, one per copy in progress), so that
+each is one DMA waited for on that stream alone, rather than a copy the driver stages
+through buffers of its own, and copies of different threads do not wait for each other.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import threading
 
@@ -17,9 +19,8 @@ from numba import cuda
 
 from .driver import driver_result
 
-__all__ = ["StreamWriteOps", "new_stream", "destroy_stream", "copy_stream", "host_to_device",
-           "device_to_host", "zero_device", "zero_rows", "memset_words",
-           "STAGING_BYTES"]
+__all__ = ["StreamWriteOps", "new_stream", "destroy_stream", "host_to_device",
+           "device_to_host", "zero_device", "zero_rows", "memset_words", "STAGING_BYTES"]
 
 
 def new_stream():
@@ -45,36 +46,34 @@ def destroy_stream(stream) -> None:
     driver.cuStreamDestroy(stream._pydfccl_handle)
 
 
-_copy_streams: dict = {}
-_copy_streams_lock = threading.Lock()
-
-
-def copy_stream():
-    """This process's stream (one per device) for the copies pydfccl makes itself."""
-    device = cuda.get_current_device().id
-    with _copy_streams_lock:
-        if device not in _copy_streams:
-            _copy_streams[device] = new_stream()
-        return _copy_streams[device]
-
-
 STAGING_BYTES = 4 << 20
-_staging: dict = {}
+_idle: dict = {}                 # device -> stagings that no copy uses now
+_idle_lock = threading.Lock()
 
 
-def _staged():
-    """(pinned host buffer, lock, copy stream) of the current device."""
+@contextlib.contextmanager
+def _staging():
+    """A pinned buffer and a stream of the current device, for one copy at a time: a copy
+    never waits behind another thread's (ranks that are threads of one process fill and
+    read their buffers at once; a network proxy writes received slots while its rank
+    fills), and a wait on the stream waits for this copy alone. The process keeps as many
+    as it ever made copies at once."""
     device = cuda.get_current_device().id
-    with _copy_streams_lock:
-        if device not in _staging:
-            _staging[device] = (cuda.pinned_array(STAGING_BYTES, np.uint8), threading.Lock())
-    return (*_staging[device], copy_stream())
+    with _idle_lock:
+        idle = _idle.setdefault(device, [])
+        staging = idle.pop() if idle else None
+    if staging is None:
+        staging = (cuda.pinned_array(STAGING_BYTES, np.uint8), new_stream())
+    try:
+        yield staging
+    finally:
+        with _idle_lock:
+            _idle[device].append(staging)
 
 
 def host_to_device(dev_bytes, raw: np.ndarray) -> None:
     """Copy the flat uint8 ``raw`` into the flat uint8 device array ``dev_bytes`` and wait."""
-    pinned, lock, stream = _staged()
-    with lock:
+    with _staging() as (pinned, stream):
         for start in range(0, raw.size, STAGING_BYTES):
             n = min(STAGING_BYTES, raw.size - start)
             pinned[:n] = raw[start:start + n]
@@ -84,9 +83,8 @@ def host_to_device(dev_bytes, raw: np.ndarray) -> None:
 
 def device_to_host(dev_bytes) -> np.ndarray:
     """A host copy of the flat uint8 device array ``dev_bytes``."""
-    pinned, lock, stream = _staged()
     out = np.empty(dev_bytes.size, np.uint8)
-    with lock:
+    with _staging() as (pinned, stream):
         for start in range(0, out.size, STAGING_BYTES):
             n = min(STAGING_BYTES, out.size - start)
             dev_bytes[start:start + n].copy_to_host(pinned[:n], stream=stream)
@@ -96,29 +94,28 @@ def device_to_host(dev_bytes) -> np.ndarray:
 
 
 def zero_device(addr: int, nbytes: int) -> None:
-    """Zero device memory on the device, on the copy stream, and wait: a pool of hundreds of
-    MiB staged through pinned memory 4 MiB at a time would take a tenth of a second a
+    """Zero device memory on the device, on a staging stream, and wait: a pool of hundreds
+    of MiB staged through pinned memory 4 MiB at a time would take a tenth of a second a
     rank."""
     from cuda.bindings import driver
 
-    stream = copy_stream()
-    driver_result(driver.cuMemsetD8Async(addr, 0, nbytes, stream._pydfccl_handle),
-                  "cuMemsetD8Async")
-    stream.synchronize()
+    with _staging() as (_, stream):
+        driver_result(driver.cuMemsetD8Async(addr, 0, nbytes, stream._pydfccl_handle),
+                      "cuMemsetD8Async")
+        stream.synchronize()
 
 
 def zero_rows(addr: int, regions, write=None) -> None:
     """Zero each region ``(offset, pitch, width, rows)`` of the device memory at ``addr``
     (``rows`` runs of ``width`` bytes, ``pitch`` apart), then copy ``write`` (``(offset,
-    flat uint8 array)``, at most STAGING_BYTES) there, on the copy stream, and wait once:
+    flat uint8 array)``, at most STAGING_BYTES) there, on a staging stream, and wait once:
     a shared slot's reset is three strided regions and a table entry, and a synchronous copy
     a row made it hundreds of waits, each handing the GIL to the threads spinning on
     results."""
     from cuda.bindings import driver
 
-    pinned, lock, stream = _staged()
-    handle = stream._pydfccl_handle
-    with lock:                       # the staging memory is the process's
+    with _staging() as (pinned, stream):
+        handle = stream._pydfccl_handle
         for offset, pitch, width, rows in regions:
             driver_result(driver.cuMemsetD2D8Async(addr + offset, pitch, 0, width, rows,
                                                    handle), "cuMemsetD2D8Async")
@@ -132,16 +129,16 @@ def zero_rows(addr: int, regions, write=None) -> None:
 
 def memset_words(dev_bytes, pattern: int, itemsize: int) -> None:
     """Set every ``itemsize``-byte word (1, 2 or 4) of the flat uint8 device array
-    ``dev_bytes`` to ``pattern``, on the copy stream, and wait."""
+    ``dev_bytes`` to ``pattern``, on a staging stream, and wait."""
     from cuda.bindings import driver
 
     setter = {1: driver.cuMemsetD8Async, 2: driver.cuMemsetD16Async,
               4: driver.cuMemsetD32Async}[itemsize]
-    stream = copy_stream()
     addr = int(dev_bytes.__cuda_array_interface__["data"][0])
-    driver_result(setter(addr, pattern, dev_bytes.size // itemsize, stream._pydfccl_handle),
-                  f"cuMemsetD{8 * itemsize}Async")
-    stream.synchronize()
+    with _staging() as (_, stream):
+        driver_result(setter(addr, pattern, dev_bytes.size // itemsize,
+                             stream._pydfccl_handle), f"cuMemsetD{8 * itemsize}Async")
+        stream.synchronize()
 
 
 class StreamWriteOps:

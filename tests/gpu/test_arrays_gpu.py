@@ -105,3 +105,51 @@ def test_every_buffer_type_comes_back_as_itself():
             assert same, name
             assert values == [3.0] * 4, name
         assert "recv buffer is read-only" in got["read-only"]
+
+
+def test_copies_of_threads_do_not_wait_for_each_other():
+    """Ranks that are threads of one process fill and read their arrays at once: a copy
+    made while another thread's copy is under way (holding its pinned buffer and stream)
+    completes, and 8 threads writing and reading arrays of their own each get their own."""
+    import threading
+
+    from numba import cuda
+
+    from pydfccl.platform import streams
+
+    dev = cuda.device_array(1 << 16, np.uint8)
+    busy, release, done = threading.Event(), threading.Event(), threading.Event()
+
+    def hold():
+        with streams._staging():        # another thread's copy, in progress
+            busy.set()
+            release.wait(60)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert busy.wait(60)
+        copier = threading.Thread(target=lambda: (streams.host_to_device(
+            dev, np.full(dev.size, 7, np.uint8)), done.set()))
+        copier.start()
+        assert done.wait(60), "a copy waited for another thread's"
+        assert (streams.device_to_host(dev) == 7).all()
+    finally:
+        release.set()
+        holder.join()
+
+    arrays = [cuda.device_array(3 << 20, np.uint8) for _ in range(8)]
+    seen = [None] * 8
+
+    def round_trip(i):
+        for round_ in range(5):
+            streams.host_to_device(arrays[i], np.full(arrays[i].size, i + round_, np.uint8))
+            host = streams.device_to_host(arrays[i])
+            seen[i] = bool((host == i + round_).all()) and (seen[i] is not False)
+
+    threads = [threading.Thread(target=round_trip, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert seen == [True] * 8

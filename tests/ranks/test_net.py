@@ -189,11 +189,17 @@ def test_late_registrations_meet_across_nodes(tmp_path):
 
 
 STOPPED = """
-import faulthandler, os, signal, time
+import faulthandler, os, signal, threading, time
 import numpy as np
 from mpi4py import MPI
 import pydfccl
 comm = pydfccl.Communicator.from_mpi(MPI.COMM_WORLD)
+
+def heartbeats():    # for a run that names no one: this rank's view of its peers' rows
+    ctl, now = comm.world.ctl, time.monotonic_ns()
+    seen = [(r, round((now - int(ctl["heartbeat"][r])) / 1e9, 1), int(ctl["pid_ns"][r]))
+            for r in range(comm.nranks)]
+    print(f"HEARTBEATS rank {comm.rank} (peer, age s, pid ns): {seen}", flush=True)
 comm.prepare(0, "all_reduce", count=8, dtype="int64")
 comm.start()
 x = comm.empty(8, "int64")
@@ -204,12 +210,16 @@ if comm.rank == 3:                       # sent its last slots before it stops)
     print(f"STOPPING {os.getpid()}", flush=True)
     os.kill(os.getpid(), signal.SIGSTOP)     # stops with its peers' collective pending
 faulthandler.dump_traceback_later(50)    # a rank that names no one by then: its threads
+look = threading.Timer(30, heartbeats)
+look.daemon = True
+look.start()
 t0 = time.monotonic()
 try:
     comm.run(0, x).result(timeout=120)
     print("completed?!", flush=True)
 except pydfccl.PydfcclError as exc:
     print(f"rank {comm.rank} after {time.monotonic() - t0:.0f} s: {exc}", flush=True)
+look.cancel()
 comm.close()
 """
 

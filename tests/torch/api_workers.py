@@ -32,7 +32,10 @@ def calls(rank, size):
     from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 
     dev = rank_device()
-    full = lambda n, v: torch.full((n,), float(v), device=dev)   # noqa: E731
+
+    def full(n, value):
+        return torch.full((n,), float(value), device=dev)
+
     dist.init_process_group("dfccl")
     pg = dist.group.WORLD
     out = {"name": pg.group_name, "backend": pg._get_backend(dev).name(),

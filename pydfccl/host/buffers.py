@@ -91,7 +91,8 @@ def check_buffer(array, spec, role: str, needed: int) -> int:
         hint = (" or uint16 (its raw bits)" if np.dtype(spec.dtype) == BFLOAT16 else "")
         raise TypeError(f"{where} has dtype {dtype}, expected {spec.dtype}{hint}")
     if count != needed:
-        raise ValueError(f"{where} has {count} elements, the prepared count needs {needed}"
+        needs = "the run's counts need" if spec.per_peer_counts else "the prepared count needs"
+        raise ValueError(f"{where} has {count} elements, {needs} {needed}"
                          + (f"; pass x[:{needed}] to use part of a larger buffer"
                             if count > needed else ""))
     if not contiguous:
@@ -139,7 +140,21 @@ class BufferChecker:
 
     def __init__(self):
         self._accepted: set = set()
-        self._last: dict = {}   # (coll_id, role) -> (weak reference, address) of a Numba array
+        self._last: dict = {}   # (coll_id, role) -> (weak reference, address,
+        #                        elements checked) of a Numba array
+
+    def addresses(self, spec, rank: int, send, recv, send_elems: int,
+                  recv_elems: int) -> tuple[int, int]:
+        """(send, recv) addresses of a run of ``spec`` on ``rank`` whose buffers must hold
+        ``send_elems`` and ``recv_elems`` elements (``recv is send``: in place)."""
+        send_addr = self(send, spec, "send", send_elems)
+        if recv is not send:
+            recv_addr = self(recv, spec, "recv", recv_elems)
+            check_overlap(spec, rank, send_addr, send_elems, recv_addr, recv_elems)
+            return send_addr, recv_addr
+        if written(spec, "recv"):      # the same object: its writability is one check
+            self(recv, spec, "recv", recv_elems)
+        return send_addr, send_addr
 
     def __call__(self, array, spec, role: str, needed: int) -> int:
         if getattr(array, "_pydfccl_array", False):
@@ -148,7 +163,7 @@ class BufferChecker:
         # building its __cuda_array_interface__ alone costs microseconds. (Not for other
         # arrays: a torch tensor's ``set_()`` moves the memory under the same object.)
         last = self._last.get((spec.coll_id, role))
-        if last is not None and last[0]() is array:
+        if last is not None and last[0]() is array and last[2] == needed:
             return last[1]
         iface = (None if backend.device_memory_is_host
                  else getattr(array, "__cuda_array_interface__", None))
@@ -156,13 +171,13 @@ class BufferChecker:
             return check_buffer(array, spec, role, needed)
         data = iface["data"]
         key = (spec.coll_id, role, iface["typestr"], iface["shape"], iface.get("strides"),
-               data[1])
+               data[1], needed)     # needed: an all_to_allv's runs need sizes of their own
         addr = data[0]
         if key not in self._accepted or not addr:
             addr = check_buffer(array, spec, role, needed)
             self._accepted.add(key)
         if type(array) is backend.numba_device_array:
-            self._last[(spec.coll_id, role)] = (weakref.ref(array), addr)
+            self._last[(spec.coll_id, role)] = (weakref.ref(array), addr, needed)
         return addr
 
 

@@ -15,8 +15,8 @@ import numpy as np
 from ..kernels.plans import table_kind
 from ..kernels.ring import channel_count
 from ..protocol import layout as L
-from ..protocol.codes import (OUT_OF_PLACE_ONLY, POINT_TO_POINT, dtype_code, kind_code,
-                              normalize_dtype, op_code)
+from ..protocol.codes import (OUT_OF_PLACE_ONLY, PER_PEER_COUNTS, POINT_TO_POINT, dtype_code,
+                              kind_code, normalize_dtype, op_code)
 from ..protocol.collectives import ONE_SHOT, collective
 from ..protocol.reference import buffer_elems
 from .arguments import require_int
@@ -49,6 +49,11 @@ class CollSpec:
     @property
     def in_place_ok(self) -> bool:
         return self.kind not in OUT_OF_PLACE_ONLY
+
+    @property
+    def per_peer_counts(self) -> bool:
+        """Whether each run gives its own counts per peer (an all_to_allv)."""
+        return self.kind in PER_PEER_COUNTS
 
     def signature(self) -> dict:
         """The fields that must agree across ranks (priority is a per-rank preference)."""

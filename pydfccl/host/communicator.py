@@ -38,7 +38,7 @@ from ..errors import AbortedError, PydfcclError
 from ..sched.policies import get_policy
 from .arrays import Array
 from .arguments import require_int
-from .buffers import BufferChecker, check_overlap, written
+from .buffers import BufferChecker
 from .catalog import PRIORITY_LIMIT, Catalog, CollSpec
 from .completion import CompletionQueue
 from .daemons import daemon_for, launch_args
@@ -53,6 +53,7 @@ from .rankstate import Phase, RankState
 from .registration import (SHARE, SHARE_MODES, LatePlacer, check_signatures, overflow_slots,
                            placement, shared_by_all)
 from .shared_slots import SharedSlots, share_slots
+from .split_rows import SplitRows, split_counts
 from .status import rank_stats, world_status
 from .stream_gate import process_gate
 from .submission import Submissions
@@ -112,6 +113,7 @@ class Communicator:
         self._polled: PolledRank | None = None
         self._shared: SharedSlots | None = None   # more collectives than slots (slots.py)
         self._gate = None           # the process's stream gate, from the first stream= on
+        self._split_rows = SplitRows(self.nranks)   # all_to_allv runs' counts
 
     @classmethod
     def from_mpi(cls, mpi_comm, *, policy="dfccl", watchdog_timeout: float | None = None,
@@ -252,8 +254,9 @@ class Communicator:
         return Array.empty(count, normalize_dtype(dtype))
 
     def run(self, coll_id: int, send, recv=None, priority: int | None = None, *,
-            stream=None) -> Future:
+            stream=None, send_counts=None, recv_counts=None) -> Future:
         """Submit one run of a prepared collective; ``recv`` defaults to ``send`` (in place).
+        An all_to_allv's run gives its ``send_counts`` and ``recv_counts`` (docs/api.md).
 
         Returns a Future whose result is ``recv`` (the object passed); errors (deadlock,
         abort) raise there. The future holds both buffers until the run completes. A
@@ -274,15 +277,10 @@ class Communicator:
         if recv is None and not spec.in_place_ok:
             raise ValueError(f"collective {spec.coll_id} ({spec.kind}) needs a recv buffer")
         recv = send if recv is None else recv
-        send_elems, recv_elems = spec.sizes(self.nranks)
-        send_addr = self._check_buffer(send, spec, "send", send_elems)
-        recv_addr = (send_addr if recv is send
-                     else self._check_buffer(recv, spec, "recv", recv_elems))
-        if recv is send:
-            if written(spec, "recv"):      # the same object: its writability is one check
-                self._check_buffer(recv, spec, "recv", recv_elems)
-        else:
-            check_overlap(spec, self.rank, send_addr, send_elems, recv_addr, recv_elems)
+        counts = (split_counts(spec, self.nranks, self.rank, send_counts, recv_counts)
+                  if spec.per_peer_counts or (send_counts, recv_counts) != (None, None) else None)
+        elems = spec.sizes(self.nranks) if counts is None else map(sum, counts)
+        send_addr, recv_addr = self._check_buffer.addresses(spec, self.rank, send, recv, *elems)
         prio = spec.priority if priority is None else require_int(
             "priority", priority, minimum=-PRIORITY_LIMIT, maximum=PRIORITY_LIMIT,
             where=f"collective {spec.coll_id}: ")
@@ -290,6 +288,8 @@ class Communicator:
         buffers = (send, recv)
         future = CollectiveFuture(self._cq, running=True, buffers=buffers,
                                   coll_id=spec.coll_id)
+        if counts is not None:       # the daemon reads the run's row in place of send
+            send_addr = self._split_rows.take(send_addr, counts, future)
         index = self._index.get(spec.coll_id)     # None: it shares slots (slots.py)
         gate = self._gate
         if handle is not None and gate is None:

@@ -40,7 +40,6 @@ import numpy as np
 from numba import cuda
 
 from ..protocol import layout as L
-from ..protocol.collectives import LOOP_COUNTED
 from ..sched.policies import PARAM_SLOTS, PREEMPTED
 from . import step_profile
 from .compiler import MAX_THREADS, daemon_kernel, register_cap
@@ -51,7 +50,8 @@ from .memory import (as_array, atomic_add_gpu, atomic_max_gpu, backoff, fence_gp
 from .primitives import (F_ALL, F_POSTDIV, F_RECV, F_SEND, SPIN_ABORT, SPIN_PREEMPT,
                          abort_seen, fence, first_unready, move, move_all, ready_now,
                          spin_wait, take_turn)
-from .plans import device_lane_bytes, loop_elems, plan_step, step_peers, steps_per_loop
+from .plans import (KIND_ALL_TO_ALLV, device_lane_bytes, loop_counted, loop_elems, plan_step,
+                    split_step, step_peers, steps_per_loop)
 from .ring import channel_span, ring_index
 from .step_profile import PROFILE_STEPS, SHARED_WORDS as PROFILE_SHARED_WORDS, lap
 from .thread0_state import SLOT, S_WORDS
@@ -116,12 +116,12 @@ CMD_MOVE, CMD_EXIT = 1, 2
 # Thread 0's scheduler state: a local array (device functions update it), its slots the
 # fields of thread0_state.THREAD0_STATE.
 (S_POS, S_CUR, S_TRIES_LEFT, S_THRESH, S_KIND, S_IDLE_SINCE, S_FRONTIER, S_STEP, S_LOOP,
- S_SENT, S_RECVD, S_SEND, S_RECV, S_BEGIN, S_END, S_NLOOPS, S_SLOT_ELEMS, S_DTYPE, S_OP,
+ S_SENT, S_RECVD, S_SEND, S_RECV, S_SPLIT_ROW, S_BEGIN, S_END, S_NLOOPS, S_SLOT_ELEMS, S_DTYPE, S_OP,
  S_ITEMSIZE, S_TRIES, S_COMPLETED, S_PREEMPTIONS, S_PROGRESS, S_FLAGS, S_ROOT, S_COUNT,
  S_ABORT_SEEN, S_LOCAL, S_TRACE_HEAD, S_CONN, S_TO_CONN, S_FROM_CONN, S_QUITS0,
  S_EXITS, S_CQ_HELD, S_CQ_SINCE) = (SLOT[name] for name in (
     "pos", "cur", "tries_left", "thresh", "kind", "idle_since", "frontier", "step", "loop",
-    "sent", "recvd", "send", "recv", "begin", "end", "nloops", "slot_elems", "dtype", "op",
+    "sent", "recvd", "send", "recv", "split_row", "begin", "end", "nloops", "slot_elems", "dtype", "op",
     "itemsize", "tries", "completed", "preemptions", "progress", "flags", "root", "count",
     "abort_seen", "local", "trace_head", "conn", "to_conn", "from_conn", "quits0",
     "exits", "cq_held", "cq_since"))
@@ -475,6 +475,9 @@ def make_daemon(policy, nthreads: int = MAX_THREADS):
         st[S_RECV] = tasks[task + T_RECV]
         st[S_TRIES] = tasks[task + T_TRIES] + 1
         st[S_KIND] = colls[entry + C_KIND]
+        if st[S_KIND] == KIND_ALL_TO_ALLV:    # its send word is the run's row of counts
+            st[S_SPLIT_ROW] = st[S_SEND]
+            st[S_SEND] = load_volatile(st[S_SEND])
         st[S_ROOT] = colls[entry + C_ROOT]
         st[S_COUNT] = colls[entry + C_COUNT]
         st[S_DTYPE] = colls[entry + C_DTYPE]
@@ -570,9 +573,14 @@ def make_daemon(policy, nthreads: int = MAX_THREADS):
                 lap(prof, step_profile.PH_RETIRE)
                 continue
 
-            flags, in_first, out_first, n = plan_step(
-                st[S_KIND], rank, nranks, st[S_ROOT], st[S_COUNT], st[S_BEGIN], st[S_END],
-                st[S_LOOP], st[S_STEP], st[S_SLOT_ELEMS])
+            if st[S_KIND] == KIND_ALL_TO_ALLV:
+                flags, in_first, out_first, n = split_step(
+                    st[S_SPLIT_ROW], rank, nranks, st[S_BEGIN], st[S_END], st[S_LOOP],
+                    st[S_STEP], st[S_SLOT_ELEMS])
+            else:
+                flags, in_first, out_first, n = plan_step(
+                    st[S_KIND], rank, nranks, st[S_ROOT], st[S_COUNT], st[S_BEGIN],
+                    st[S_END], st[S_LOOP], st[S_STEP], st[S_SLOT_ELEMS])
             to_rank, from_rank, conn = step_peers(st[S_KIND], rank, nranks, st[S_ROOT],
                                                   st[S_STEP])
             conn += st[S_CONN]
@@ -652,7 +660,7 @@ def make_daemon(policy, nthreads: int = MAX_THREADS):
         # A collective's slot counters count its sends and receives on a connector. An
         # all_to_all sends and receives once per loop on each of its connector sets, so its
         # counters count loops and advance when a loop ends (``Collective.loop_counted``).
-        per_loop = st[S_KIND] == LOOP_COUNTED
+        per_loop = loop_counted(st[S_KIND])
         if flags & (F_SEND | F_RECV):   # the block's data (ordered by the barrier), then
             fence(st[S_LOCAL])           # the flags; a copy publishes none
         if flags & F_ALL:     # lane k - 1 of rank r + k (a send) or r - k (a receive); lane

@@ -22,6 +22,9 @@ send, recv         1           point to point: send to ``peer`` (kept in ``root`
 all_to_all         2n-1        s=0 copy the own block; then for k=1..n-1 send block
                                r+k to rank r+k and receive block r-k from rank r-k,
                                through connector set k-1 (each set joins r to r+k)
+all_to_allv        2n-1        all_to_all's steps over the run's blocks (``split_step``:
+                               where each starts and how long it is, from the run's
+                               row of counts); past a block's end a step moves nothing
 one-shot           2           a small all_reduce (``one_shot``): s=0 send the input to
 all_reduce                     every other rank; s=1 receive every rank's and reduce
                                them in rank order 0, 1, ..., n-1 (``F_ALL`` steps)
@@ -45,19 +48,31 @@ from numba import cuda
 from ..protocol.collectives import BY_NAME, ONE_SHOT, ONE_SHOT_STEPS, collective
 from ..protocol.layout import CONN_LANES
 from .divide import quotient
+from .memory import load_volatile
 from .primitives import COPY, F_ALL, F_POSTDIV, F_RECV, F_SEND, F_USER_IN, F_USER_OUT
 from .ring import chunk_span, ring_index, ring_step
 
-__all__ = ["steps_per_loop", "loop_elems", "plan_step", "step_peers",
+__all__ = ["steps_per_loop", "loop_elems", "plan_step", "split_step", "step_peers",
+           "loop_counted", "split_row_words", "SPLIT_HEADER_WORDS",
            "ONE_SHOT", "ONE_SHOT_BYTES", "lane_bytes", "device_lane_bytes", "one_shot_limit",
            "one_shot", "table_kind"]
 
 # The kinds' codes (protocol/collectives.py), named KIND_* apart from the primitives' verbs
 # (primitives.SEND is a step that sends; KIND_SEND is a collective that is one send).
 KIND_ALL_REDUCE, KIND_ALL_GATHER, KIND_REDUCE_SCATTER, KIND_BROADCAST, KIND_REDUCE, KIND_SEND, \
-    KIND_RECV, KIND_ALL_TO_ALL = (BY_NAME[k].code for k in (
+    KIND_RECV, KIND_ALL_TO_ALL, KIND_ALL_TO_ALLV = (BY_NAME[k].code for k in (
         "all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "send", "recv",
-        "all_to_all"))
+        "all_to_all", "all_to_allv"))
+# A run of an all_to_allv hands the daemon, in place of its send buffer, a row of its
+# counts in memory the daemon reads (``host/split_rows.py``): the send buffer's address
+# and a pad word, then for each peer p (send count, send offset) to p, then for each p
+# (recv count, recv offset) from p, in elements.
+SPLIT_HEADER_WORDS = 2
+
+
+def split_row_words(nranks: int) -> int:
+    """Words of one run's row of counts on ``nranks`` ranks."""
+    return SPLIT_HEADER_WORDS + 4 * nranks
 # The largest all_reduce that runs one-shot: each rank reads every rank's input, n times
 # the ring's reads, which costs less than the ring's chained hops only while messages are
 # small. PYDFCCL_ONE_SHOT_BYTES sets it for a process and its rank processes (0: the ring
@@ -115,9 +130,16 @@ def steps_per_loop(kind, nranks):
     if (nranks == 1 or kind == KIND_BROADCAST or kind == KIND_REDUCE or kind == KIND_SEND
             or kind == KIND_RECV):
         return 1
-    if kind == KIND_ALL_REDUCE or kind == KIND_ALL_TO_ALL:
+    if kind == KIND_ALL_REDUCE or loop_counted(kind):
         return 2 * nranks - 1
     return nranks
+
+
+@cuda.jit(device=True)
+def loop_counted(kind):
+    """Whether ``kind``'s slot counters count loops (``Collective.loop_counted``): the
+    all_to_alls, which send and receive once a loop on each of their connector sets."""
+    return kind == KIND_ALL_TO_ALL or kind == KIND_ALL_TO_ALLV
 
 
 @cuda.jit(device=True)
@@ -125,7 +147,7 @@ def step_peers(kind, rank, nranks, root, step):
     """(rank sent to, rank received from, connector set within the collective's)."""
     if kind == KIND_SEND or kind == KIND_RECV:
         return root, root, 0
-    if kind == KIND_ALL_TO_ALL and step > 0:
+    if loop_counted(kind) and step > 0:
         k = (step + 1) // 2
         return ring_index(rank + k, nranks), ring_index(rank - k + nranks, nranks), k - 1
     return ring_index(rank + 1, nranks), ring_index(rank - 1 + nranks, nranks), 0
@@ -187,3 +209,34 @@ def plan_step(kind, rank, nranks, root, count, begin, end, loop, step, slot_elem
         return SEND_ONLY, chunk * count + first, first, n
     flags = RECV_REDUCE_COPY if step == nranks - 1 else RECV_REDUCE_SEND
     return flags, chunk * count + first, first, n
+
+
+@cuda.jit(device=True)
+def split_step(row, rank, nranks, begin, end, loop, step, slot_elems):
+    """``plan_step`` of an all_to_allv: all_to_all's step over the run's blocks, whose
+    counts and offsets are in ``row`` (``SPLIT_HEADER_WORDS``). The channel covers
+    [begin, end) of every block (the blocks' largest size split among channels); a block
+    shorter than that leaves its steps empty from its end on."""
+    first = begin + loop * slot_elems
+    sends = row + SPLIT_HEADER_WORDS * 8
+    recvs = sends + nranks * 16
+    if step == 0:
+        at = load_volatile(sends + rank * 16 + 8)
+        to = load_volatile(recvs + rank * 16 + 8)
+        return COPY_ONLY, at + first, to + first, _part(sends + rank * 16, first, end,
+                                                        slot_elems)
+    k = (step + 1) // 2
+    if step % 2 == 1:
+        pair = sends + ring_index(rank + k, nranks) * 16
+        return SEND_ONLY, load_volatile(pair + 8) + first, 0, _part(pair, first, end,
+                                                                    slot_elems)
+    pair = recvs + ring_index(rank - k + nranks, nranks) * 16
+    return RECV_ONLY, 0, load_volatile(pair + 8) + first, _part(pair, first, end, slot_elems)
+
+
+@cuda.jit(device=True)
+def _part(pair, first, end, slot_elems):
+    """Elements in the slot of a loop that starts at ``first`` of the block whose
+    (count, offset) is at ``pair``. Volatile loads: the host rewrites a row for a later
+    run, which a cached line would hide."""
+    return max(0, min(slot_elems, min(end, load_volatile(pair)) - first))

@@ -29,6 +29,7 @@ THREAD0_STATE = np.dtype([
     ("recvd", I8),          # slots received on them
     ("send", I8),           # the run's send buffer (address)
     ("recv", I8),           # the run's receive buffer (address)
+    ("split_row", I8),      # an all_to_allv's run: its row of counts (plans.split_step)
     # the loaded collective, from the table and the block's share of it
     ("begin", I8),          # first element of the block's share
     ("end", I8),            # one past its last element

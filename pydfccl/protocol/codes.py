@@ -5,12 +5,15 @@ import numpy as np
 
 from .collectives import COLLECTIVES, collective
 
-__all__ = ["KINDS", "POINT_TO_POINT", "COLLECTIVE_KINDS", "OUT_OF_PLACE_ONLY", "OPS", "DTYPES",
-           "BFLOAT16", "kind_code", "op_code", "dtype_code", "normalize_dtype", "storage_dtype"]
+__all__ = ["KINDS", "POINT_TO_POINT", "COLLECTIVE_KINDS", "PER_PEER_COUNTS", "OUT_OF_PLACE_ONLY",
+           "OPS", "DTYPES", "BFLOAT16", "kind_code", "op_code", "dtype_code", "normalize_dtype", "storage_dtype"]
 
 KINDS = {c.name: c.code for c in COLLECTIVES}     # each kind is defined in collectives.py
 POINT_TO_POINT = tuple(c.name for c in COLLECTIVES if c.point_to_point)   # with peer=
-COLLECTIVE_KINDS = tuple(c.name for c in COLLECTIVES if not c.point_to_point)
+# one count for every run and every rank: the kinds the demo, soak and sweep draw from
+COLLECTIVE_KINDS = tuple(c.name for c in COLLECTIVES
+                         if not c.point_to_point and not c.per_peer_counts)
+PER_PEER_COUNTS = tuple(c.name for c in COLLECTIVES if c.per_peer_counts)   # counts= a run
 OUT_OF_PLACE_ONLY = tuple(c.name for c in COLLECTIVES if c.out_of_place_only)
 OPS = {"sum": 0, "prod": 1, "max": 2, "min": 3, "avg": 4}
 # The codes are the daemon's dispatch (``move`` in kernels/primitives.py reads them).

@@ -7,7 +7,10 @@ output (``reference``), the model's ring width (``sched.steps``). The daemon's s
 switches on the codes given here; a test checks that their steps per loop are these.
 
 Counts follow NCCL: all_gather's ``count`` is the per-rank input, reduce_scatter's the
-per-rank output, all_to_all's the elements each rank sends to each rank.
+per-rank output, all_to_all's the elements each rank sends to each rank. all_to_allv's
+``count`` is the most any rank sends to any one rank in a run; each run gives its own
+per-peer counts (``split_counts``), and its buffers hold exactly those elements, packed in
+rank order as MPI_Alltoallv's with displacements that are the running sums.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Callable
 import numpy as np
 
 __all__ = ["Collective", "COLLECTIVES", "BY_NAME", "BY_CODE", "ONE_SHOT", "ONE_SHOT_STEPS",
-           "LOOP_COUNTED", "collective"]
+           "LOOP_COUNTED", "collective", "split_output"]
 
 
 @dataclass(frozen=True)
@@ -29,19 +32,23 @@ class Collective:
     ``buffers(count, n)``: (send, recv) elements of a run. ``output(inputs, rank, root,
     reduced)``: rank's expected output from every rank's send buffer, ``reduced()`` giving
     the elementwise reduction in the engine's order (None: no output, or one NCCL leaves
-    unspecified). ``connector_sets(n)``: connector sets a collective takes in the pool."""
+    unspecified; a kind with ``per_peer_counts`` has ``split_output`` instead).
+    ``buffers`` of such a kind: the most a run may take. ``connector_sets(n)``: connector
+    sets a collective takes in the pool."""
 
     name: str
     code: int                         # the daemon's table records it (``COLL_ENTRY.kind``)
     steps: Callable[[int], int]
     buffers: Callable[[int, int], tuple]
-    output: Callable
+    output: Callable | None
     connector_sets: Callable[[int], int] = lambda n: 1
     ring_loop: bool = False           # a loop covers a slot per rank (n chunks), not one slot
     point_to_point: bool = False      # prepared on two ranks only, with peer= (kept in root)
     out_of_place_only: bool = False   # needs a recv buffer apart from the send buffer
     loop_counted: bool = False        # its slot counters count loops (it sends and receives
     #                                   once a loop on each of its connector sets), not steps
+    per_peer_counts: bool = False     # each run gives how much goes to and comes from each
+    #                                   rank (``send_counts``, ``recv_counts``)
 
 
 def _same(count, n):
@@ -85,6 +92,13 @@ COLLECTIVES = (
                buffers=lambda count, n: (n * count, n * count), output=_to_all,
                connector_sets=lambda n: max(1, n - 1), out_of_place_only=True,
                loop_counted=True),
+    # all_to_all's steps and connectors; a step moves the part of its peer's block that the
+    # run's counts leave in the loop (none past the count: an empty slot keeps the pair in
+    # step), so the loops are those of ``count`` on every rank.
+    Collective("all_to_allv", 8, steps=lambda n: 2 * n - 1,
+               buffers=lambda count, n: (n * count, n * count), output=None,
+               connector_sets=lambda n: max(1, n - 1), out_of_place_only=True,
+               loop_counted=True, per_peer_counts=True),
 )
 BY_NAME = {c.name: c for c in COLLECTIVES}
 BY_CODE = {c.code: c for c in COLLECTIVES}
@@ -92,8 +106,19 @@ BY_CODE = {c.code: c for c in COLLECTIVES}
 # the users' kinds, in two steps (send to every rank; receive and reduce every rank's).
 ONE_SHOT = max(BY_CODE) + 1
 ONE_SHOT_STEPS = 2
-# The daemon's one kind whose slot counters count loops (``post_step``).
-(LOOP_COUNTED,) = (c.code for c in COLLECTIVES if c.loop_counted)
+# The daemon's kinds whose slot counters count loops (``post_step``).
+LOOP_COUNTED = tuple(c.code for c in COLLECTIVES if c.loop_counted)
+
+
+def split_output(inputs, counts, rank: int) -> np.ndarray:
+    """Rank ``rank``'s output of an all_to_allv: from each rank j in turn, the
+    ``counts[j][rank]`` elements of ``inputs[j]`` it sends to ``rank`` (``counts[j]``:
+    rank j's send counts; its blocks packed in rank order)."""
+    parts = []
+    for x, sent in zip(inputs, counts):
+        start = int(sum(sent[:rank]))
+        parts.append(np.asarray(x)[start:start + int(sent[rank])])
+    return np.concatenate(parts) if parts else np.empty(0)
 
 
 def collective(name: str) -> Collective:

@@ -106,4 +106,8 @@ def reference(kind: str, inputs: list, op: str = "sum", root: int = 0,
                            nblocks=nblocks, slot_bytes=slot_bytes)
         return _reduce(inputs, op, first)
 
-    return collective(kind).output(inputs, rank, root, reduced)
+    output = collective(kind).output
+    if output is None:
+        raise ValueError(f"{kind}'s output follows every rank's counts of the run: use "
+                         "pydfccl.protocol.collectives.split_output")
+    return output(inputs, rank, root, reduced)

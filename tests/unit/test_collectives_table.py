@@ -9,7 +9,7 @@ from pydfccl.cli.hbm import host_function
 from pydfccl.kernels import plans
 from pydfccl.protocol import codes
 from pydfccl.protocol.collectives import (BY_NAME, COLLECTIVES, LOOP_COUNTED, ONE_SHOT,
-                                          ONE_SHOT_STEPS, collective)
+                                          ONE_SHOT_STEPS, collective, split_output)
 from pydfccl.protocol.reference import buffer_elems, reference
 from pydfccl.host.registration import placement
 
@@ -24,10 +24,13 @@ def test_the_kind_lists_come_from_the_table():
     assert codes.KINDS == {c.name: c.code for c in COLLECTIVES}
     assert len(set(codes.KINDS.values())) == len(COLLECTIVES)
     assert set(codes.POINT_TO_POINT) == {"send", "recv"}
-    assert set(codes.COLLECTIVE_KINDS) | set(codes.POINT_TO_POINT) == set(codes.KINDS)
-    assert set(codes.OUT_OF_PLACE_ONLY) == {"all_gather", "reduce_scatter", "all_to_all"}
+    assert (set(codes.COLLECTIVE_KINDS) | set(codes.POINT_TO_POINT)
+            | set(codes.PER_PEER_COUNTS)) == set(codes.KINDS)
+    assert codes.PER_PEER_COUNTS == ("all_to_allv",)
+    assert set(codes.OUT_OF_PLACE_ONLY) == {"all_gather", "reduce_scatter", "all_to_all",
+                                            "all_to_allv"}
     assert ONE_SHOT not in codes.KINDS.values()
-    assert LOOP_COUNTED == codes.kind_code("all_to_all")
+    assert LOOP_COUNTED == (codes.kind_code("all_to_all"), codes.kind_code("all_to_allv"))
     with pytest.raises(ValueError, match="unknown collective kind 'gossip'"):
         collective("gossip")
 
@@ -58,6 +61,12 @@ def test_buffers_and_outputs_follow_the_definitions(kind):
     n, count = 3, 4
     send, recv = buffer_elems(kind, count, n)
     inputs = [np.arange(send, dtype=np.float32) + 100 * r for r in range(n)]
+    if BY_NAME[kind].per_peer_counts:      # the run's counts, at most ``count`` each
+        with pytest.raises(ValueError, match="use pydfccl.protocol.collectives.split_output"):
+            reference(kind, inputs)
+        counts = np.full((n, n), count)
+        assert [split_output(inputs, counts, rank).size for rank in range(n)] == [recv] * n
+        return
     for rank in range(n):
         out = reference(kind, inputs, "max", root=1, rank=rank, nblocks=1, slot_bytes=1024)
         assert out is None or out.size == recv
@@ -70,6 +79,8 @@ def test_outputs_are_the_kinds_own():
     assert np.array_equal(reference("reduce_scatter", inputs, "max", rank=2), inputs[2][8:])
     assert np.array_equal(reference("all_to_all", inputs, rank=1),
                           np.concatenate([x[4:8] for x in inputs]))
+    counts = [[1, 2, 0], [0, 0, 5], [3, 3, 3]]     # counts[a][b]: a sends b
+    assert split_output(inputs, counts, 1).tolist() == [1, 2, 203, 204, 205]
     assert np.array_equal(reference("broadcast", inputs, root=1, rank=0), inputs[1])
     assert np.array_equal(reference("recv", inputs, root=1, rank=0), inputs[1])
     assert reference("reduce", inputs, root=1, rank=0) is None

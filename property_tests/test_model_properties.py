@@ -32,12 +32,16 @@ NOT_PREEMPTIVE = "the policy named by --policy is not preemptive"
 
 @st.composite
 def schedules(draw, extras=("sync",)):
-    """2-5 ranks, 1-4 collectives; each rank keeps a common order or permutes it, and may
-    follow any submission by one of ``extras``. Shrinks towards agreeing ranks, no extras."""
+    """2-5 ranks, 1-4 collectives (all-reduces, and all_to_allvs of 0-3 elements a pair);
+    each rank keeps a common order or permutes it, and may follow any submission by one of
+    ``extras``. Shrinks towards all-reduces, agreeing ranks, no extras."""
     nranks = draw(st.integers(2, 5))
     ncolls = draw(st.integers(1, 4))
     counts = draw(st.lists(st.integers(1, 3 * nranks), min_size=ncolls, max_size=ncolls))
     prios = draw(st.lists(st.integers(0, 2), min_size=ncolls, max_size=ncolls))
+    row = st.lists(st.integers(0, 3), min_size=nranks, max_size=nranks)
+    splits = draw(st.lists(st.none() | st.lists(row, min_size=nranks, max_size=nranks),
+                           min_size=ncolls, max_size=ncolls))
     common = list(range(ncolls))
     ranks = []
     for _ in range(nranks):
@@ -50,8 +54,15 @@ def schedules(draw, extras=("sync",)):
         if draw(st.booleans()):
             program.append(Event(draw(st.sampled_from(extras))))
         ranks.append(program)
-    colls = {c: Collective(counts[c], prios[c]) for c in common}
+    colls = {c: Collective(counts[c], prios[c]) if splits[c] is None
+             else Collective.all_to_allv(_some(splits[c]), prios[c]) for c in common}
     return Schedule(nranks, colls, ranks)
+
+
+def _some(counts):
+    """``counts`` with at least one element moved (an all_to_allv's count is its largest)."""
+    counts[0][-1] = max(1, counts[0][-1])
+    return counts
 
 
 @st.composite
@@ -104,12 +115,13 @@ def wait_all_cycle(schedule):
 
 def check_cycle(cycle, schedule, one_shot_elems):
     """A reported cycle returns to its start and chains ranks that wait on each other: ring
-    neighbours in a ring collective, any peers in a one-shot one."""
+    neighbours in a ring collective, any peers in a one-shot one or an all_to_allv."""
     assert cycle, "a deadlock without a wait-for cycle"
     nranks = schedule.nranks
     for (r, c, w), (nxt, _, _) in zip(cycle, cycle[1:] + cycle[:1]):
         assert w == nxt
-        if schedule.collectives[c].count <= one_shot_elems:
+        coll = schedule.collectives[c]
+        if coll.kind == "all_to_allv" or coll.count <= one_shot_elems:
             assert w != r
         else:
             assert w in ((r - 1) % nranks, (r + 1) % nranks)

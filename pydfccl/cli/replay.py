@@ -1,7 +1,7 @@
 """Replay a model :class:`~pydfccl.sched.model.Schedule` on the real engine.
 
 A schedule (``pydfccl.sched.model``; JSON via ``Schedule.to_json``) says, per rank, in which
-order the host submits each all-reduce and where it calls a device-wide synchronize
+order the host submits each collective (all-reduces and all_to_allvs) and where it calls a device-wide synchronize
 (``sync``), waits for everything it submitted so far (``wait_all``) or for one collective
 (``wait``). :func:`replay` runs
 exactly that on every rank with :func:`pydfccl.launch`, checks every result against numpy,
@@ -27,6 +27,7 @@ from .. import platform
 from ..errors import RankFailedError
 from ..kernels.plans import one_shot_limit
 from ..bootstrap.launch import default_backend, launch
+from ..protocol.collectives import split_output
 from ..protocol.reference import reference
 from ..sched.model import Schedule, run_schedule
 from ..sched.plugins import spec_of
@@ -50,9 +51,24 @@ def expected_values(nranks: int, coll: int, count: int, dtype="int64") -> np.nda
     return reference("all_reduce", [input_values(r, coll, count, dtype) for r in range(nranks)])
 
 
+def _elems(k, nranks: int, rank: int) -> tuple[int, int]:
+    """(send, recv) elements of collective ``k`` (a schedule's) on ``rank``."""
+    if k.counts is None:
+        return k.count, k.count
+    return sum(k.counts[rank]), sum(row[rank] for row in k.counts)
+
+
+def _expected(k, nranks: int, rank: int, coll: int, dtype) -> np.ndarray:
+    if k.counts is None:
+        return expected_values(nranks, coll, k.count, dtype)
+    inputs = [input_values(r, coll, _elems(k, nranks, r)[0], dtype) for r in range(nranks)]
+    return split_output(inputs, k.counts, rank)
+
+
 def model_values(schedule: Schedule) -> dict:
     """The same contributions as the engine's, in ``run_schedule(values=...)`` form."""
-    return {c: [input_values(r, c, k.count).tolist() for r in range(schedule.nranks)]
+    n = schedule.nranks
+    return {c: [input_values(r, c, _elems(k, n, r)[0]).tolist() for r in range(n)]
             for c, k in schedule.collectives.items()}
 
 
@@ -81,21 +97,27 @@ def replay_worker(comm, schedule_dict: dict, dtype: str = "float32",
     import it; returns plain data."""
     schedule = Schedule.from_dict(schedule_dict)
     colls = sorted(schedule.collectives)
+    n, rank = comm.nranks, comm.rank
     for c in colls:
         k = schedule.collectives[c]
-        comm.prepare(c, "all_reduce", count=k.count, dtype=dtype, priority=k.priority)
+        comm.prepare(c, k.kind, count=k.count, dtype=dtype, priority=k.priority)
     comm.start()
-    sends, recvs = {}, {}
+    sends, recvs, counts = {}, {}, {}
     for c in colls:
-        count = schedule.collectives[c].count
-        sends[c] = comm.empty(count, dtype)
-        platform.copy_in(sends[c], input_values(comm.rank, c, count, dtype))
-        recvs[c] = comm.empty(count, dtype)
+        k = schedule.collectives[c]
+        send_elems, recv_elems = _elems(k, n, rank)
+        sends[c] = comm.empty(send_elems, dtype)
+        platform.copy_in(sends[c], input_values(rank, c, send_elems, dtype))
+        recvs[c] = comm.empty(recv_elems, dtype)
+        counts[c] = ({} if k.counts is None else
+                     dict(send_counts=list(k.counts[rank]),
+                          recv_counts=[row[rank] for row in k.counts]))
 
     futures, started = {}, time.perf_counter()
-    for ev in schedule.ranks[comm.rank]:
+    for ev in schedule.ranks[rank]:
         if ev.op == "submit":
-            futures[ev.coll] = comm.run(ev.coll, sends[ev.coll], recvs[ev.coll])
+            futures[ev.coll] = comm.run(ev.coll, sends[ev.coll], recvs[ev.coll],
+                                        **counts[ev.coll])
         elif ev.op == "sync":
             comm.synchronize_device()
         elif ev.op == "wait":
@@ -109,7 +131,7 @@ def replay_worker(comm, schedule_dict: dict, dtype: str = "float32",
     outputs = {}
     for c in colls:
         got = platform.to_numpy(recvs[c])
-        want = expected_values(comm.nranks, c, schedule.collectives[c].count, dtype)
+        want = _expected(schedule.collectives[c], n, rank, c, dtype)
         if not np.array_equal(got, want):
             bad = int(np.flatnonzero(got != want)[0])
             raise AssertionError(f"rank {comm.rank}, collective {c}: element {bad} is "
@@ -200,7 +222,7 @@ def check_replayable(schedule: Schedule, dtype: str) -> None:
                          "pydfccl waits for collectives on the host, never on a CUDA stream "
                          "(docs/design.md, 'Streams'); only the model runs it")
     if dtype not in DTYPES:
-        raise ValueError(f"a replay runs {' or '.join(DTYPES)} all-reduces, not {dtype}")
+        raise ValueError(f"a replay runs collectives of {' or '.join(DTYPES)}, not {dtype}")
 
 
 def replay_against_model(schedule, policy="dfccl", dtype: str = "float32",
@@ -244,8 +266,10 @@ def format_comparison(name: str, compared: ReplayComparison, policy, dtype: str)
     schedule = compared.schedule
     where = "GPU" if platform.gpu_available() else "CUDA simulator"
     policy = policy if isinstance(policy, str) else spec_of(policy)
-    head = (f"schedule {name} ({schedule.nranks} ranks, {len(schedule.collectives)} "
-            f"all-reduces of {dtype}, policy {policy}) on the {where}:")
+    kinds = sorted({k.kind for k in schedule.collectives.values()})
+    what = "all-reduces" if kinds == ["all_reduce"] else f"collectives ({', '.join(kinds)})"
+    head = (f"schedule {name} ({schedule.nranks} ranks, {len(schedule.collectives)} {what} "
+            f"of {dtype}, policy {policy}) on the {where}:")
     text = f"{head} {engine_summary(compared)}\nmodel ({policy}): {compared.model.summary()}"
     if not agree(compared):
         text += (f"\nthe model and the engine DISAGREE: model {compared.model.outcome}, "

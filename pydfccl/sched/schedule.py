@@ -32,13 +32,55 @@ _OPS = ("submit", "sync", "wait_all", "wait", "stream_wait")
 _WITH_COLL = ("submit", "wait", "stream_wait")
 
 
+KINDS = ("all_reduce", "all_to_allv")
+
+
 @dataclass(frozen=True)
 class Collective:
-    """An all-reduce among all ranks: ``count`` elements, larger ``priority`` runs first;
-    one-shot when ``count`` is at most ``run_schedule``'s ``one_shot_elems``, else the ring."""
+    """A collective among all ranks, larger ``priority`` first. An all-reduce of ``count``
+    elements: one-shot when ``count`` is at most ``run_schedule``'s ``one_shot_elems``,
+    else the ring. An all_to_allv: ``counts[a][b]`` elements from rank a to rank b, each at
+    most ``count`` (the largest block, its loops' span)."""
 
     count: int = 1
     priority: int = 0
+    kind: str = "all_reduce"
+    counts: Optional[Tuple[Tuple[int, ...], ...]] = None
+
+    @classmethod
+    def all_to_allv(cls, counts, priority: int = 0) -> "Collective":
+        """An all_to_allv whose ``count`` is its largest block."""
+        counts = tuple(tuple(int(c) for c in row) for row in counts)
+        return cls(max(max(row) for row in counts), priority, "all_to_allv", counts)
+
+    def check(self, cid: int, nranks: int) -> None:
+        """ValueError naming what is wrong with collective ``cid`` among ``nranks`` ranks."""
+        if self.kind not in KINDS:
+            raise ValueError(f"collective {cid}: kind must be one of {KINDS}, not {self.kind!r}")
+        if self.count < 1:
+            raise ValueError(f"collective {cid}: count must be >= 1, got {self.count}")
+        if (self.kind == "all_to_allv") != (self.counts is not None):
+            raise ValueError(f"collective {cid}: counts= goes with kind all_to_allv, and only "
+                             "with it")
+        if self.counts is not None and (len(self.counts) != nranks or any(
+                len(row) != nranks or not all(0 <= c <= self.count for c in row)
+                for row in self.counts)):
+            raise ValueError(f"collective {cid}: counts must be {nranks} rows of {nranks} "
+                             f"counts in 0..{self.count}, got {self.counts}")
+
+    def to_dict(self) -> dict:
+        out = {"count": self.count, "priority": self.priority}
+        if self.kind != "all_reduce":
+            out.update(kind=self.kind, counts=[list(row) for row in self.counts])
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Collective":
+        counts = data.get("counts")
+        return cls(int(data["count"]), int(data.get("priority", 0)),
+                   data.get("kind", "all_reduce"),
+                   None if counts is None else tuple(tuple(int(c) for c in row)
+                                                     for row in counts))
 
 
 @dataclass(frozen=True)
@@ -91,8 +133,7 @@ class Schedule:
         if len(self.ranks) != self.nranks:
             raise ValueError(f"nranks={self.nranks} but {len(self.ranks)} rank programs")
         for cid, coll in self.collectives.items():
-            if coll.count < 1:
-                raise ValueError(f"collective {cid}: count must be >= 1, got {coll.count}")
+            coll.check(cid, self.nranks)
         for r, program in enumerate(self.ranks):
             submitted = []
             for ev in program:
@@ -128,14 +169,12 @@ class Schedule:
 
     def to_dict(self) -> dict:
         return {"nranks": self.nranks,
-                "collectives": {str(c): {"count": k.count, "priority": k.priority}
-                                for c, k in sorted(self.collectives.items())},
+                "collectives": {str(c): k.to_dict() for c, k in sorted(self.collectives.items())},
                 "ranks": [[ev.to_dict() for ev in program] for program in self.ranks]}
 
     @classmethod
     def from_dict(cls, data: dict) -> "Schedule":
-        colls = {int(c): Collective(int(v["count"]), int(v.get("priority", 0)))
-                 for c, v in data["collectives"].items()}
+        colls = {int(c): Collective.from_dict(v) for c, v in data["collectives"].items()}
         ranks = [[Event(e["op"], e.get("coll")) for e in program] for program in data["ranks"]]
         return cls(int(data["nranks"]), colls, ranks)
 
@@ -152,7 +191,8 @@ class Result:
     """What a schedule did.
 
     ``values[c][r]`` is rank r's output of collective c (None if it did not complete there);
-    ``expected[c]`` the element-wise sum of the contributions. ``cycle`` (deadlocks) lists
+    ``expected[c]`` the element-wise sum of the contributions (an all-reduce's) or each
+    rank's blocks from every rank, a list per rank (an all_to_allv's; ``wanted``). ``cycle`` (deadlocks) lists
     ``(rank, collective, waits_on_rank)``; ``waits`` maps each rank whose collectives wait
     to ``(collective, waits_on_rank)`` pairs; ``blocked`` maps each host that did not finish
     its program to the op it is stuck at (a ``sync`` there with no cycle: the daemon never
@@ -166,16 +206,22 @@ class Result:
     relaunches: int
     completion_order: List[List[int]]
     values: Dict[int, List[Optional[List[int]]]]
-    expected: Dict[int, List[int]]
+    expected: Dict[int, list]
     cycle: Optional[List[Tuple[int, int, int]]] = None
     waits: Dict[int, List[Tuple[int, int]]] = field(default_factory=dict)
     blocked: Dict[int, str] = field(default_factory=dict)
 
+    per_rank: frozenset = frozenset()    # collectives whose ranks each want their own
+
+    def wanted(self, coll: int, rank: int) -> List[int]:
+        """Rank ``rank``'s right output of collective ``coll``."""
+        return self.expected[coll][rank] if coll in self.per_rank else self.expected[coll]
+
     @property
     def exact(self) -> bool:
-        """Every output that exists equals the sum of the contributions."""
-        return all(v is None or v == self.expected[c]
-                   for c, per_rank in self.values.items() for v in per_rank)
+        """Every output that exists is the right one."""
+        return all(v is None or v == self.wanted(c, r)
+                   for c, per_rank in self.values.items() for r, v in enumerate(per_rank))
 
     def summary(self) -> str:
         text = (f"{self.outcome} after {self.ticks} ticks: {self.preemptions} preemptions, "

@@ -6,10 +6,11 @@ from __future__ import annotations
 import bisect
 import random
 
+from ..protocol.collectives import split_output
 from .policies import NEVER, PREEMPTED
 from .quiet import default_quiet_ticks, longest_pass, quits_ever
 from .schedule import COMPLETED, DEADLOCK, LIVELOCK, Result
-from .steps import OneShotColl, RingColl
+from .steps import OneShotColl, RingColl, SplitColl
 from .wait_graph import find_wait_cycle
 
 __all__ = ["Simulation"]
@@ -75,9 +76,16 @@ class Simulation:
         self.index = {c: i for i, c in enumerate(sorted(schedule.collectives))}  # as prepared
         self.colls = {}
         self.expected = {}
+        self.per_rank = frozenset(c for c, k in schedule.collectives.items()
+                                  if k.kind == "all_to_allv")
         for cid, k in sorted(schedule.collectives.items()):
+            sizes = [sum(row) for row in k.counts] if k.counts else [k.count] * n
             own = values[cid] if values is not None else \
-                [[(r + 1) * (e + 1) + cid for e in range(k.count)] for r in range(n)]
+                [[(r + 1) * (e + 1) + cid for e in range(sizes[r])] for r in range(n)]
+            if k.kind == "all_to_allv":
+                self.colls[cid] = SplitColl(cid, k.count, k.counts, n, nslots, slot_elems, own)
+                self.expected[cid] = [split_output(own, k.counts, r).tolist() for r in range(n)]
+                continue
             if k.count <= one_shot_elems:
                 self.colls[cid] = OneShotColl(cid, k.count, n, nslots, own)
             else:
@@ -422,5 +430,5 @@ class Simulation:
         return Result(outcome, self.t, self.preemptions, self.quits,
                       sum(max(rk.launches - 1, 0) for rk in self.ranks),
                       [rk.order for rk in self.ranks], values, self.expected, cycle, waits,
-                      blocked)
+                      blocked, self.per_rank)
 

@@ -1,5 +1,6 @@
-"""The collectives' step models: the ring's step names, and the state of one all-reduce on
-all ranks (ring or one-shot) that says which step can run and moves its data."""
+"""The collectives' step models: the ring's step names, and the state of one collective on
+all ranks (an all-reduce, ring or one-shot, or an all_to_allv) that says which step can run
+and moves its data."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import List, Tuple
 
 from ..protocol.collectives import BY_NAME, ONE_SHOT_STEPS
 
-__all__ = ["ring_steps", "Coll", "RingColl", "OneShotColl"]
+__all__ = ["ring_steps", "Coll", "RingColl", "OneShotColl", "SplitColl"]
 
 
 def ring_steps(nranks: int) -> List[Tuple[str, bool, bool]]:
@@ -19,7 +20,7 @@ def ring_steps(nranks: int) -> List[Tuple[str, bool, bool]]:
 
 
 class Coll:
-    """One all-reduce's state on all ranks: its steps, slot counters and data. A kind says
+    """One collective's state on all ranks: its steps, slot counters and data. A kind says
     ``nsteps`` and its connectors (``sent``, ``recvd``, ``slots``); ``blockers(r)`` names the
     ranks whose slots rank r's next step waits for (empty: ready), ``do_step(r)`` moves it."""
 
@@ -133,4 +134,70 @@ class OneShotColl(Coll):
                     self.recvd[r][q] += 1
                 total = [a + b for a, b in zip(total, data)]
             self.out[r] = total
+        self.step[r] += 1
+
+
+def _offsets(sizes):
+    out, at = [], 0
+    for n in sizes:
+        out.append(at)
+        at += n
+    return out
+
+
+class SplitColl(Coll):
+    """An all_to_allv, as the daemon runs it (kernels/plans.py, ``split_step``): loops of
+    ``2n - 1`` steps that cover ``slot_elems`` of every block, its largest (``count``) in
+    ``ceil(count / slot_elems)`` loops. Step 0 copies the own block; then for k = 1..n-1 a
+    send to rank r+k and a receive from rank r-k through pair k's connector (rank r to
+    r+k, a ring buffer of ``nslots`` slots with its own counters). A block that ends
+    before a loop sends an empty slot: every pair moves one slot a loop."""
+
+    __slots__ = ("counts", "slot_elems", "width", "send_at", "recv_at")
+
+    def __init__(self, cid, count, counts, nranks, nslots, slot_elems, own):
+        super().__init__(cid, count, nranks, nslots, own)
+        self.counts, self.slot_elems = counts, slot_elems
+        self.width = BY_NAME["all_to_allv"].steps(nranks)
+        self.nsteps = -(-count // slot_elems) * self.width
+        self.send_at = [_offsets(row) for row in counts]                 # [r][p]
+        self.recv_at = [_offsets([row[r] for row in counts]) for r in range(nranks)]
+        self.out = [[None] * sum(row[r] for row in counts) for r in range(nranks)]
+        self.sent = [[0] * nranks for _ in range(nranks)]     # [r][k]: slots r sent to r+k
+        self.recvd = [[0] * nranks for _ in range(nranks)]    # [r][k]: from r-k, received
+        self.slots = [[[None] * nslots for _ in range(nranks)] for _ in range(nranks)]
+
+    def _peer(self, r):
+        """(k, the step's peer, whether it sends) of rank r's next step; k = 0: the copy."""
+        s = self.step[r] % self.width
+        k = (s + 1) // 2
+        return (k, (r + k) % self.n, True) if s % 2 else (k, (r - k) % self.n, False)
+
+    def blockers(self, r):
+        k, peer, sends = self._peer(r)
+        if k == 0:
+            return []
+        if sends:
+            return [peer] if self.sent[r][k] - self.recvd[peer][k] >= self.nslots else []
+        return [peer] if self.recvd[r][k] >= self.sent[peer][k] else []
+
+    def do_step(self, r):
+        k, peer, sends = self._peer(r)
+        first = self.step[r] // self.width * self.slot_elems
+        if k == 0 or sends:
+            src = r if k == 0 else peer
+            n = max(0, min(self.slot_elems, self.counts[r][src] - first))
+            at = self.send_at[r][src] + first
+            data = self.own[r][at:at + n]
+            if k == 0:
+                at = self.recv_at[r][r] + first
+                self.out[r][at:at + n] = data
+            else:
+                self.slots[r][k][self.sent[r][k] % self.nslots] = data
+                self.sent[r][k] += 1
+        else:
+            data = self.slots[peer][k][self.recvd[r][k] % self.nslots]
+            self.recvd[r][k] += 1
+            at = self.recv_at[r][peer] + first
+            self.out[r][at:at + len(data)] = data
         self.step[r] += 1

@@ -502,6 +502,31 @@ def test_demo_replays_a_schedule_beside_the_model(tmp_path, capsys):
     assert model.startswith("model (dfccl): completed after ")
 
 
+def test_demo_replays_an_all_to_allv_schedule(tmp_path, capsys):
+    """An all_to_allv beside an all-reduce, submitted in opposite orders: the engine
+    completes and verifies it as the model predicts; under nccl both deadlock."""
+    import json
+
+    schedule = dict(nranks=3, collectives={
+        "0": dict(count=5, kind="all_to_allv", counts=[[1, 5, 0], [2, 0, 3], [4, 4, 4]]),
+        "1": dict(count=20)},
+        ranks=[[dict(op="submit", coll=0), dict(op="submit", coll=1)],
+               [dict(op="submit", coll=1), dict(op="submit", coll=0)],
+               [dict(op="submit", coll=0), dict(op="submit", coll=1)]])
+    path = tmp_path / "split.json"
+    path.write_text(json.dumps(schedule))
+    assert cli.main(["demo", "--schedule", str(path)]) == 0
+    engine, model = capsys.readouterr().out.splitlines()
+    assert engine.startswith(f"schedule {path} (3 ranks, 2 collectives (all_reduce, "
+                             "all_to_allv) of float32, policy dfccl) on the CUDA simulator: "
+                             "completed in "), engine
+    assert "6 results verified" in engine
+    assert model.startswith("model (dfccl): completed after ")
+    assert cli.main(["demo", "--schedule", str(path), "--policy", "nccl"]) == 3
+    engine, model = capsys.readouterr().out.splitlines()[:2]
+    assert "deadlock" in engine and model.startswith("model (nccl): deadlock after ")
+
+
 def test_bench_passes_the_policy_the_parser_built_down_to_launch(monkeypatch, capsys):
     from pydfccl.cli import sweep, sweep_measure
 

@@ -379,3 +379,45 @@ def test_a_livelock_says_who_is_blocked_on_whom():
     assert res.summary().endswith("; hosts blocked: rank 0 in sync, rank 1 in sync; "
                                   "collectives waiting: rank 0 in 0 on rank 1, "
                                   "rank 1 in 1 on rank 0")
+
+
+SPLIT = [[1, 5, 0, 2], [2, 0, 3, 0], [4, 4, 4, 4], [0, 1, 0, 5]]   # SPLIT[a][b]: a sends b
+
+
+def _split_schedule(orders):
+    colls = {0: Collective.all_to_allv(SPLIT), 1: Collective(count=9)}
+    return Schedule(4, colls, [[submit(c) for c in order] for order in orders])
+
+
+@pytest.mark.parametrize("slot_elems", [1, 2, 5])
+def test_all_to_allv_moves_each_block_to_its_rank(slot_elems):
+    res = run_schedule(_split_schedule([[0, 1]] * 4), "nccl", slot_elems=slot_elems)
+    assert res.outcome == COMPLETED and res.exact
+    own = [[(r + 1) * (e + 1) for e in range(sum(SPLIT[r]))] for r in range(4)]
+    # rank 2 gets rank 0's third block (after 1 + 5 elements: none), rank 1's (after 2 + 0:
+    # 3 elements), its own third (after 8: 4 elements) and rank 3's (after 1 + 0: none)
+    assert res.values[0][2] == own[1][2:5] + own[2][8:12] == res.wanted(0, 2)
+
+
+def test_all_to_allv_in_disorder_is_preempted_not_deadlocked():
+    sched = _split_schedule([[0, 1], [1, 0], [0, 1], [1, 0]])
+    res = run_schedule(sched, "dfccl", params=sim("dfccl"), slot_elems=2)
+    assert res.outcome == COMPLETED and res.exact and res.preemptions > 0
+    stuck = run_schedule(sched, "nccl", slot_elems=2)
+    assert stuck.outcome == DEADLOCK
+    # an all_to_allv waits on any peer, not only the ring's neighbours
+    assert {c for _, c, _ in stuck.cycle} == {0, 1}
+
+
+def test_all_to_allv_schedules_round_trip_and_are_checked():
+    sched = _split_schedule([[0, 1]] * 4)
+    data = json.loads(sched.to_json())
+    assert data["collectives"]["0"] == {"count": 5, "priority": 0, "kind": "all_to_allv",
+                                        "counts": SPLIT}
+    assert Schedule.from_json(sched.to_json()) == sched
+    with pytest.raises(ValueError, match="counts= goes with kind all_to_allv"):
+        Collective(count=3, counts=((1,),)).check(0, 1)
+    with pytest.raises(ValueError, match="counts must be 2 rows of 2 counts in 0..3"):
+        Collective(3, kind="all_to_allv", counts=((1, 4), (0, 0))).check(0, 2)
+    with pytest.raises(ValueError, match="kind must be one of"):
+        Collective(3, kind="gossip").check(0, 2)

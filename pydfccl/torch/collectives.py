@@ -1,10 +1,9 @@
 """The collectives torch.distributed calls on a process group, composed from pydfccl's
 preemptible ones (all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all,
-send, recv) without new device code: gather is an all_gather whose root keeps the result,
+all_to_allv, send, recv) without new device code: gather is an all_gather whose root keeps the result,
 scatter a broadcast of the root's list, the list forms of all_to_all and reduce_scatter run
-on one flat tensor, uneven ``all_to_all_single`` splits an all_to_all of chunks padded to a
-power of two (so that a few signatures serve every split), coalesced calls one collective
-per tensor (or one flat all-reduce). Tensors with no elements are no-ops, as in NCCL and
+on one flat tensor (an all_to_allv where sizes differ), coalesced calls one collective per
+tensor (or one flat all-reduce). Tensors with no elements are no-ops, as in NCCL and
 gloo. What dfccl cannot do raises ``NotImplementedError`` saying so.
 """
 
@@ -36,10 +35,6 @@ def _one(tensors, what):
     if len(tensors) != 1:
         raise lacks(f"{what} of {len(tensors)} tensors per call", "pass one tensor")
     return tensors[0]
-
-
-def _pow2(n: int) -> int:
-    return 1 << max(n - 1, 0).bit_length()
 
 
 class CollectivesMixin:
@@ -148,52 +143,8 @@ class CollectivesMixin:
 
     def _all_to_all_single(self, output, input, output_split_sizes=None,
                            input_split_sizes=None, opts=None):
-        even = all(len(set(s or [0])) == 1 for s in (output_split_sizes, input_split_sizes))
-        if even and output.numel() == input.numel() and input.numel() % self.size() == 0:
-            return F.all_to_all_single(output, input, group=self.dfccl_group, async_op=True)
-        return self._all_to_allv(output, input, list(output_split_sizes or []),
-                                 list(input_split_sizes or []))
-
-    def _all_to_allv(self, output, input, out_splits, in_splits):
-        """Uneven splits (rows of dim 0): every rank's input splits are gathered (so that a
-        split that does not match its peer's is named, never a hang), then one all_to_all
-        moves chunks padded to the next power of two of the largest."""
-        size, rank = self.size(), self.rank()
-        row_in = input[0].numel() if input.dim() and input.shape[0] else 0
-        row_out = output[0].numel() if output.dim() and output.shape[0] else 0
-        in_splits = in_splits or [input.shape[0] // size] * size
-        out_splits = out_splits or [output.shape[0] // size] * size
-        for name, splits, t in (("input", in_splits, input), ("output", out_splits, output)):
-            if len(splits) != size or sum(splits) != (t.shape[0] if t.dim() else 0):
-                raise ValueError(f"pydfccl.torch: all_to_all_single: {name}_split_sizes "
-                                 f"{splits} must have one entry per rank ({size}) summing to "
-                                 f"the {name}'s first dimension")
-        counts = [s * row_in for s in in_splits]
-        matrix = torch.empty(size * size, dtype=torch.int64, device=self._comm_device())
-        F.all_gather_into_tensor(matrix, torch.tensor(counts, dtype=torch.int64,
-                                                      device=self._comm_device()),
-                                 group=self.dfccl_group, async_op=True).wait()
-        matrix = matrix.view(size, size).tolist()
-        expect = [matrix[src][rank] for src in range(size)]
-        got = [s * row_out for s in out_splits]
-        if expect != got:
-            raise ValueError(f"pydfccl.torch: all_to_all_single: rank {rank} expects "
-                             f"{got} elements from ranks 0..{size - 1}, but they send "
-                             f"{expect}")
-        largest = max(max(row) for row in matrix)
-        if largest == 0:
-            return self._done([output], "all_to_all_single")
-        pad = _pow2(largest)
-        send = input.new_zeros(size * pad)
-        flat_in = input.reshape(-1)
-        for p, (start, n) in enumerate(zip(_offsets(counts), counts)):
-            send[p * pad:p * pad + n] = flat_in[start:start + n]
-        recv = input.new_empty(size * pad)
-        F.all_to_all_single(recv, send, group=self.dfccl_group, async_op=True).wait()
-        flat_out = output.view(-1)
-        for p, (start, n) in enumerate(zip(_offsets(got), got)):
-            flat_out[start:start + n] = recv[p * pad:p * pad + n]
-        return self._done([output], "all_to_all_single")
+        return F.all_to_all_single(output, input, output_split_sizes, input_split_sizes,
+                                   group=self.dfccl_group, async_op=True)
 
     def _allreduce_coalesced(self, tensors, opts=None):
         """One all-reduce of the tensors concatenated, copied back."""
@@ -226,10 +177,3 @@ class CollectivesMixin:
                              f"rank) of {like.numel()} elements each, got "
                              f"{[t.numel() for t in tensors]}")
 
-
-def _offsets(counts):
-    out, at = [], 0
-    for n in counts:
-        out.append(at)
-        at += n
-    return out

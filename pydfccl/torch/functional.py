@@ -5,10 +5,12 @@ it is a dfccl one). ``src``/``dst`` are ranks of that group."""
 
 from __future__ import annotations
 
+import torch
 import torch.distributed as dist
 
 from .convert import check_tensor, op_name
 from .group import TorchGroup
+from .work import completed_work
 
 __all__ = ["set_default_group", "get_group", "all_reduce", "all_gather_into_tensor",
            "reduce_scatter_tensor", "broadcast", "reduce", "send", "recv", "isend", "irecv",
@@ -109,16 +111,46 @@ def recv(tensor, src, group=None) -> int:
 
 def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None,
                       group=None, async_op=False):
+    """Even splits (or none) run one all_to_all; uneven ones (``*_split_sizes``: rows of
+    dim 0 to and from each rank, as torch's) one all_to_allv."""
     _tensors("all_to_all_single's tensors", output, input)
     g = get_group(group)
-    for name, splits in (("output_split_sizes", output_split_sizes),
-                         ("input_split_sizes", input_split_sizes)):
-        if splits and len(set(splits)) > 1:
-            raise ValueError(f"pydfccl.torch: all_to_all_single: uneven {name} {list(splits)} "
-                             "are not supported (pydfccl's all_to_all has one count)")
-    if input.numel() % g.size or output.numel() != input.numel():
-        raise ValueError(f"pydfccl.torch: all_to_all_single: input has {input.numel()} and "
-                         f"output {output.numel()} elements; both must be the same multiple "
-                         f"of the group size {g.size}")
+    even = all(len(set(s or [0])) == 1 for s in (output_split_sizes, input_split_sizes))
+    if not (even and output.numel() == input.numel() and input.numel() % g.size == 0):
+        return _all_to_allv(g, output, input, list(output_split_sizes or []),
+                            list(input_split_sizes or []), async_op)
     return g.run("all_to_all", input, output, count=input.numel() // g.size,
                  async_op=async_op)
+
+
+def _all_to_allv(g, output, input, out_splits, in_splits, async_op):
+    """Every rank's input splits are gathered first, so that a split that does not match
+    its peer's is named (never a wrong block), and so that every rank prepares the same
+    largest count: the next power of two of the largest block, which lets a few
+    signatures serve every split."""
+    size, rank = g.size, g.rank
+    row_in = input[0].numel() if input.dim() and input.shape[0] else 0
+    row_out = output[0].numel() if output.dim() and output.shape[0] else 0
+    in_splits = in_splits or [input.shape[0] // size] * size
+    out_splits = out_splits or [output.shape[0] // size] * size
+    for name, splits, t in (("input", in_splits, input), ("output", out_splits, output)):
+        if len(splits) != size or sum(splits) != (t.shape[0] if t.dim() else 0):
+            raise ValueError(f"pydfccl.torch: all_to_all_single: {name}_split_sizes "
+                             f"{splits} must have one entry per rank ({size}) summing to "
+                             f"the {name}'s first dimension")
+    sends = [s * row_in for s in in_splits]
+    matrix = torch.empty(size * size, dtype=torch.int64, device=input.device)
+    all_gather_into_tensor(matrix, torch.tensor(sends, dtype=torch.int64, device=input.device),
+                           group=g, async_op=True).wait()
+    matrix = matrix.view(size, size).tolist()
+    expect = [matrix[src][rank] for src in range(size)]
+    recvs = [s * row_out for s in out_splits]
+    if expect != recvs:
+        raise ValueError(f"pydfccl.torch: all_to_all_single: rank {rank} expects {recvs} "
+                         f"elements from ranks 0..{size - 1}, but they send {expect}")
+    largest = max(max(row) for row in matrix)
+    if largest == 0:                    # nothing moves anywhere
+        work = completed_work([output], rank, "all_to_all_single")
+        return work if async_op else None
+    return g.run("all_to_allv", input, output, count=1 << (largest - 1).bit_length(),
+                 counts=(sends, recvs), async_op=async_op)

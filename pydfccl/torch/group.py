@@ -72,10 +72,12 @@ class TorchGroup:
         return rank
 
     def run(self, kind: str, send: torch.Tensor, recv: torch.Tensor | None, *, count: int,
-            op: str = "sum", root: int = 0, peer: int | None = None, async_op: bool = False):
-        """Run one collective; ``recv`` None means in place. Returns a Work if
-        ``async_op``, else None once the result is there (waited for on the host, on
-        CUDA too: see ``host/stream_gate.py``)."""
+            op: str = "sum", root: int = 0, peer: int | None = None, async_op: bool = False,
+            counts: tuple | None = None):
+        """Run one collective; ``recv`` None means in place; ``counts``: an all_to_allv's
+        (send counts, recv counts). Returns a Work if ``async_op``, else None once the
+        result is there (waited for on the host, on CUDA too: see
+        ``host/stream_gate.py``)."""
         if self._failure is not None:
             raise DfcclError(f"dfccl rank {self.rank}: an earlier collective of this group "
                              f"failed ({self._failure}); the group cannot be used any more",
@@ -87,24 +89,27 @@ class TorchGroup:
                 raise TypeError(f"pydfccl.torch: {kind}: output dtype {recv.dtype} differs from "
                                 f"input dtype {send.dtype}")
         out = send if recv is None else recv
-        if send.numel() == 0 and out.numel() == 0:     # nothing to move: a no-op, as in NCCL
+        if send.numel() == 0 and out.numel() == 0 and counts is None:
+            # nothing to move: a no-op, as in NCCL (an all_to_allv's peers may still send
+            # empty blocks this rank must take)
             work = completed_work([out], self.rank, kind)
             return work if async_op else None
         try:
-            return self._run(kind, send, recv, out, count, op, root, peer, async_op)
+            return self._run(kind, send, recv, out, count, op, root, peer, async_op, counts)
         except PydfcclError as exc:          # the communicator refused or had failed
             raise as_torch_error(exc, self.rank, kind) from exc
 
-    def _run(self, kind, send, recv, out, count, op, root, peer, async_op):
+    def _run(self, kind, send, recv, out, count, op, root, peer, async_op, counts):
         cid = self.coll_id(kind, count, dtype_name(send.dtype), op, root, peer)
         send_buf = as_buffer(send)
         recv_buf = None if recv is None else as_buffer(recv)
+        split = {} if counts is None else dict(send_counts=counts[0], recv_counts=counts[1])
         if send.is_cuda:     # the run starts once the current stream has made its inputs
             with torch.cuda.device(send.device):
                 future = self.comm.run(cid, send_buf, recv_buf,
-                                       stream=torch.cuda.current_stream(send.device))
+                                       stream=torch.cuda.current_stream(send.device), **split)
         else:
-            future = self.comm.run(cid, send_buf, recv_buf)
+            future = self.comm.run(cid, send_buf, recv_buf, **split)
         work = Work(future, [out], timeout=self.timeout, rank=self.rank, what=kind,
                     on_group_timeout=self._timed_out)
         # The tensors must outlive the run (the daemon only has their addresses, and on

@@ -115,8 +115,9 @@ def test_a_failed_run_sticks_to_the_group(group):
     (lambda g: pt.broadcast(torch.ones(3), src=2, group=g), ValueError,
      "broadcast src 2 is not a rank of this group"),
     (lambda g: pt.isend(torch.ones(3), 0, group=g), ValueError, "not this rank"),
-    (lambda g: pt.all_to_all_single(torch.empty(4), torch.ones(4), [1, 3], None, group=g),
-     ValueError, "uneven output_split_sizes"),
+    (lambda g: pt.all_to_all_single(torch.empty(4), torch.ones(4), [1, 2], None, group=g),
+     ValueError, r"output_split_sizes \[1, 2\] must have one entry per rank \(2\) summing to "
+     "the output's first dimension"),
     (lambda g: pt.all_reduce(np.ones(3), group=g), TypeError, "must be a torch.Tensor"),
     (lambda g: pt.all_reduce(torch.ones(3)), ValueError, "not a pydfccl group"),
 ])
@@ -237,6 +238,9 @@ def test_backend_collectives_on_three_ranks(three_ranks):
         assert o["bf16"] == [6.0] * 3
         assert o["reduce_scatter"] == [3.0 * (2 * rank) + 3, 3.0 * (2 * rank + 1) + 3]
         assert o["all_to_all"] == [2 * rank + 10 * k + i for k in range(3) for i in range(2)]
+        # rank q's block for this rank starts after its blocks for ranks below this one
+        assert o["all_to_allv"] == [10.0 * q + sum((q + p) % 3 for p in range(rank)) + i
+                                    for q in range(3) for i in range((q + rank) % 3)]
         assert o["subgroup"] == ([1.0, 1.0] if rank < 2 else [2.0, 2.0])
     assert out[1]["recv"] == [0.0, 1.0, 2.0]
 

@@ -43,6 +43,11 @@ def collectives(rank, size):
     a2a = torch.empty(size * 2)
     dist.all_to_all_single(a2a, torch.arange(2.0 * size) + 10 * rank)
     out["all_to_all"] = a2a.tolist()
+    sends = [(rank + p) % 3 for p in range(size)]     # rank r sends rank p (r + p) % 3
+    routed = torch.empty(sum((q + rank) % 3 for q in range(size)))
+    pt.all_to_all_single(routed, torch.arange(float(sum(sends))) + 10 * rank,
+                         [(q + rank) % 3 for q in range(size)], sends)  # the functional API
+    out["all_to_allv"] = routed.tolist()
     if rank == 0:
         dist.send(torch.arange(3.0), 1)
     elif rank == 1:

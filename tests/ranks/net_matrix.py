@@ -1,6 +1,6 @@
 """A rank of ``test_net.py``'s collectives matrix, run under mpiexec: every kind, op and a
-spread of dtypes (a one-shot all_reduce and point-to-point transfers across the emulated
-nodes among them), submitted in an order rotated by rank, each rank's outputs checked
+spread of dtypes (a one-shot all_reduce, point-to-point transfers and an all_to_allv across
+the emulated nodes among them), submitted in an order rotated by rank, each rank's outputs checked
 against numpy. It prints one line a rank: how many outputs matched, the pairs by transport
 and the proxy's message counts."""
 
@@ -15,7 +15,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import pydfccl  # noqa: E402
 from pydfccl import platform  # noqa: E402
 from pydfccl.protocol.reference import buffer_elems  # noqa: E402
+from pydfccl.protocol.collectives import split_output  # noqa: E402
 from shared_workers import expected_collective, fill, rank_inputs  # noqa: E402
+from split_workers import count_matrix, run_input  # noqa: E402
 
 CASES = [  # (kind, count, dtype, op, root)
     ("all_reduce", 90, "float64", "sum", 0), ("all_reduce", 70, "int32", "prod", 0),
@@ -31,6 +33,7 @@ CASES = [  # (kind, count, dtype, op, root)
     ("all_to_all", 1, "int32", "sum", 0), ("all_to_all", 70, "float32", "avg", 0),
 ]
 P2P = 100        # transfers: coll_id P2P + r is rank r's send to r + half, its peer's recv
+SPLIT, SPLIT_COUNT = 99, 40   # an all_to_allv, its blocks drawn as split_workers draws them
 
 
 def worker(comm):
@@ -40,7 +43,14 @@ def worker(comm):
     to, frm = (comm.rank + half) % n, (comm.rank - half) % n
     comm.prepare(P2P + comm.rank, "send", count=40, dtype="int64", peer=to)
     comm.prepare(P2P + frm, "recv", count=40, dtype="int64", peer=frm)
+    comm.prepare(SPLIT, "all_to_allv", count=SPLIT_COUNT, dtype="int32")
     comm.start()
+    counts = count_matrix(n, SPLIT_COUNT, 0)
+    split_in = comm.empty(int(counts[comm.rank].sum()), "int32")
+    split_in[...] = run_input(comm.rank, 0, split_in.size)
+    split = comm.run(SPLIT, split_in, comm.empty(int(counts[:, comm.rank].sum()), "int32"),
+                     send_counts=counts[comm.rank].tolist(),
+                     recv_counts=counts[:, comm.rank].tolist())
     order = list(range(len(CASES)))
     order = order[comm.rank:] + order[:comm.rank]
     futures = {}
@@ -63,6 +73,10 @@ def worker(comm):
         matched += 1
     transfer = platform.to_numpy(got.result(timeout=300), "int64")
     assert np.array_equal(transfer, np.arange(40, dtype=np.int64) + frm), transfer
+    matched += 1
+    inputs = [run_input(r, 0, int(counts[r].sum())) for r in range(n)]
+    assert np.asarray(split.result(timeout=300)).tolist() == split_output(
+        inputs, counts, comm.rank).tolist()
     matched += 1
     return dict(rank=comm.rank, matched=matched, transports=comm.world.transports(),
                 net=None if comm.world.net is None else comm.world.net.stats)

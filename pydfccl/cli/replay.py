@@ -1,13 +1,13 @@
 """Replay a model :class:`~pydfccl.sched.model.Schedule` on the real engine.
 
 A schedule (``pydfccl.sched.model``; JSON via ``Schedule.to_json``) says, per rank, in which
-order the host submits each collective (all-reduces and all_to_allvs) and where it calls a device-wide synchronize
-(``sync``), waits for everything it submitted so far (``wait_all``) or for one collective
-(``wait``). :func:`replay` runs
-exactly that on every rank with :func:`pydfccl.launch`, checks every result against numpy,
-and reports ``completed`` (with each rank's stats and completion order) or ``deadlock``
-(with the watchdog's report). ``python -m pydfccl demo --schedule FILE`` runs
-:func:`replay_against_model`: the same, beside what the model predicts for the schedule.
+order the host submits each collective (all-reduces, all_to_allvs) and where it calls a
+device-wide synchronize (``sync``), waits for everything it submitted so far (``wait_all``)
+or for one collective (``wait``). :func:`replay` runs exactly that on every rank with
+:func:`pydfccl.launch`, checks every result against numpy, and reports ``completed`` (with
+each rank's stats and completion order) or ``deadlock`` (with the watchdog's report).
+``python -m pydfccl demo --schedule FILE`` runs :func:`replay_against_model`: the same,
+beside what the model predicts for the schedule.
 
 Inputs are small integers derived from (rank, collective), so every sum is exact in float32
 and int64, and the model can be run with the very same values (:func:`model_values`).

@@ -116,13 +116,15 @@ CMD_MOVE, CMD_EXIT = 1, 2
 # Thread 0's scheduler state: a local array (device functions update it), its slots the
 # fields of thread0_state.THREAD0_STATE.
 (S_POS, S_CUR, S_TRIES_LEFT, S_THRESH, S_KIND, S_IDLE_SINCE, S_FRONTIER, S_STEP, S_LOOP,
- S_SENT, S_RECVD, S_SEND, S_RECV, S_SPLIT_ROW, S_BEGIN, S_END, S_NLOOPS, S_SLOT_ELEMS, S_DTYPE, S_OP,
- S_ITEMSIZE, S_TRIES, S_COMPLETED, S_PREEMPTIONS, S_PROGRESS, S_FLAGS, S_ROOT, S_COUNT,
+ S_SENT, S_RECVD, S_SEND, S_RECV, S_SPLIT_ROW, S_BEGIN, S_END, S_NLOOPS, S_SLOT_ELEMS,
+ S_DTYPE, S_OP, S_ITEMSIZE, S_TRIES, S_COMPLETED, S_PREEMPTIONS, S_PROGRESS, S_FLAGS, S_ROOT,
+ S_COUNT,
  S_ABORT_SEEN, S_LOCAL, S_TRACE_HEAD, S_CONN, S_TO_CONN, S_FROM_CONN, S_QUITS0,
  S_EXITS, S_CQ_HELD, S_CQ_SINCE) = (SLOT[name] for name in (
     "pos", "cur", "tries_left", "thresh", "kind", "idle_since", "frontier", "step", "loop",
-    "sent", "recvd", "send", "recv", "split_row", "begin", "end", "nloops", "slot_elems", "dtype", "op",
-    "itemsize", "tries", "completed", "preemptions", "progress", "flags", "root", "count",
+    "sent", "recvd", "send", "recv", "split_row", "begin", "end", "nloops", "slot_elems",
+    "dtype", "op", "itemsize", "tries", "completed", "preemptions", "progress", "flags", "root",
+    "count",
     "abort_seen", "local", "trace_head", "conn", "to_conn", "from_conn", "quits0",
     "exits", "cq_held", "cq_since"))
 # Completions a block holds back (S_CQ_HELD of them, their CQ numbers in shared memory from

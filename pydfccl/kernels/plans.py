@@ -73,6 +73,8 @@ SPLIT_HEADER_WORDS = 2
 def split_row_words(nranks: int) -> int:
     """Words of one run's row of counts on ``nranks`` ranks."""
     return SPLIT_HEADER_WORDS + 4 * nranks
+
+
 # The largest all_reduce that runs one-shot: each rank reads every rank's input, n times
 # the ring's reads, which costs less than the ring's chained hops only while messages are
 # small. PYDFCCL_ONE_SHOT_BYTES sets it for a process and its rank processes (0: the ring

@@ -6,7 +6,8 @@ import numpy as np
 from .collectives import COLLECTIVES, collective
 
 __all__ = ["KINDS", "POINT_TO_POINT", "COLLECTIVE_KINDS", "PER_PEER_COUNTS", "OUT_OF_PLACE_ONLY",
-           "OPS", "DTYPES", "BFLOAT16", "kind_code", "op_code", "dtype_code", "normalize_dtype", "storage_dtype"]
+           "OPS", "DTYPES", "BFLOAT16", "kind_code", "op_code", "dtype_code", "normalize_dtype",
+           "storage_dtype"]
 
 KINDS = {c.name: c.code for c in COLLECTIVES}     # each kind is defined in collectives.py
 POINT_TO_POINT = tuple(c.name for c in COLLECTIVES if c.point_to_point)   # with peer=

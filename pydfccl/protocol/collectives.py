@@ -9,8 +9,9 @@ switches on the codes given here; a test checks that their steps per loop are th
 Counts follow NCCL: all_gather's ``count`` is the per-rank input, reduce_scatter's the
 per-rank output, all_to_all's the elements each rank sends to each rank. all_to_allv's
 ``count`` is the most any rank sends to any one rank in a run; each run gives its own
-per-peer counts (``split_counts``), and its buffers hold exactly those elements, packed in
-rank order as MPI_Alltoallv's with displacements that are the running sums.
+per-peer counts (``send_counts``, ``recv_counts``), and its buffers hold exactly those
+elements, packed in rank order as MPI_Alltoallv's with displacements that are the running
+sums.
 """
 
 from __future__ import annotations

@@ -192,11 +192,11 @@ class Result:
 
     ``values[c][r]`` is rank r's output of collective c (None if it did not complete there);
     ``expected[c]`` the element-wise sum of the contributions (an all-reduce's) or each
-    rank's blocks from every rank, a list per rank (an all_to_allv's; ``wanted``). ``cycle`` (deadlocks) lists
-    ``(rank, collective, waits_on_rank)``; ``waits`` maps each rank whose collectives wait
-    to ``(collective, waits_on_rank)`` pairs; ``blocked`` maps each host that did not finish
-    its program to the op it is stuck at (a ``sync`` there with no cycle: the daemon never
-    quits).
+    rank's blocks from every rank, a list per rank (an all_to_allv's; ``wanted``). ``cycle``
+    (deadlocks) lists ``(rank, collective, waits_on_rank)``; ``waits`` maps each rank whose
+    collectives wait to ``(collective, waits_on_rank)`` pairs; ``blocked`` maps each host
+    that did not finish its program to the op it is stuck at (a ``sync`` there with no
+    cycle: the daemon never quits).
     """
 
     outcome: str

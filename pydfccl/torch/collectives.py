@@ -1,10 +1,10 @@
 """The collectives torch.distributed calls on a process group, composed from pydfccl's
 preemptible ones (all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all,
-all_to_allv, send, recv) without new device code: gather is an all_gather whose root keeps the result,
-scatter a broadcast of the root's list, the list forms of all_to_all and reduce_scatter run
-on one flat tensor (an all_to_allv where sizes differ), coalesced calls one collective per
-tensor (or one flat all-reduce). Tensors with no elements are no-ops, as in NCCL and
-gloo. What dfccl cannot do raises ``NotImplementedError`` saying so.
+all_to_allv, send, recv) without new device code: gather is an all_gather whose root keeps
+the result, scatter a broadcast of the root's list, the list forms of all_to_all and
+reduce_scatter run on one flat tensor (an all_to_allv where sizes differ), coalesced calls
+one collective per tensor (or one flat all-reduce). Tensors with no elements are no-ops, as
+in NCCL and gloo. What dfccl cannot do raises ``NotImplementedError`` saying so.
 """
 
 from __future__ import annotations

@@ -16,13 +16,29 @@ from __future__ import annotations
 import numpy as np
 
 from ..protocol.codes import normalize_dtype
-from ..protocol.reference import reference
+from ..protocol.collectives import split_output
+from ..protocol.reference import buffer_elems, reference
 
-__all__ = ["ALIGN_BYTES", "PERIOD", "ChaosBuffers"]
+__all__ = ["ALIGN_BYTES", "PERIOD", "ChaosBuffers", "split_matrix", "demo_sizes"]
 
 ALIGN_BYTES = 256
 # Iteration it's inputs: (position + 7 * collective + 3 * it) mod PERIOD, plus rank + 1.
 PERIOD = 13
+
+
+def split_matrix(k: int, count: int, nranks: int) -> np.ndarray:
+    """An all_to_allv's counts as collective ``k`` of the demo: ``[a][b]`` elements from
+    rank a to rank b, every size from 0 to ``count`` among them."""
+    a, b = np.ogrid[:nranks, :nranks]
+    return (a + 2 * b + k) % (count + 1)
+
+
+def demo_sizes(kind: str, k: int, count: int, nranks: int, rank: int) -> tuple[int, int]:
+    """(send, recv) elements of collective ``k`` of ``kind`` on ``rank``."""
+    if kind != "all_to_allv":
+        return buffer_elems(kind, count, nranks)
+    counts = split_matrix(k, count, nranks)
+    return int(counts[rank].sum()), int(counts[:, rank].sum())
 
 
 def _layout(sizes: list[int], itemsize: int) -> tuple[list[int], int]:
@@ -38,11 +54,14 @@ def _layout(sizes: list[int], itemsize: int) -> tuple[list[int], int]:
 
 class ChaosBuffers:
     """The send and receive buffers of ``kinds`` (collective k of ``kinds[k]``, with
-    ``sizes[k]`` = (send, recv) elements) for rank ``comm.rank``."""
+    ``sizes[k]`` = (send, recv) elements) for rank ``comm.rank``; ``splits[k]``: an
+    all_to_allv's counts (``split_matrix``), whose ranks send buffers of their own sizes."""
 
     def __init__(self, comm, kinds: list[str], sizes: list[tuple[int, int]], dtype: str,
-                 roots: list[int]):
+                 roots: list[int], splits: dict | None = None):
         self.comm, self.kinds, self.roots, self.dtype = comm, kinds, roots, dtype
+        self.splits = splits or {}
+        self._phase = 0
         itemsize = np.dtype(normalize_dtype(dtype)).itemsize
         self.send_at, send_total = _layout([s for s, _ in sizes], itemsize)
         self.recv_at, recv_total = _layout([r for _, r in sizes], itemsize)
@@ -65,7 +84,7 @@ class ChaosBuffers:
     def fill(self, it: int) -> None:
         """Make iteration ``it``'s inputs of every rank (small integers, so that every sum is
         exact in every dtype) and copy this rank's into its send buffers, in one copy."""
-        phase = it % PERIOD
+        phase = self._phase = it % PERIOD
         if phase not in self._inputs_of:
             base = (self._pos + 7 * self._coll + 3 * phase) % PERIOD
             self._inputs_of[phase] = (base[None, :] + self._ranks).astype(
@@ -74,7 +93,12 @@ class ChaosBuffers:
         self.send_all[...] = self._inputs[self.comm.rank]
 
     def inputs(self, k: int) -> list[np.ndarray]:
-        """Collective ``k``'s inputs of every rank in this iteration (views)."""
+        """Collective ``k``'s inputs of every rank in this iteration (views), made as
+        ``fill`` makes them: an all_to_allv's from each rank's own size."""
+        if k in self.splits:
+            base = 7 * k + 3 * self._phase
+            return [((np.arange(int(row.sum())) + base) % PERIOD + r + 1).astype(
+                normalize_dtype(self.dtype)) for r, row in enumerate(self.splits[k])]
         o, s = self.send_at[k], self.sizes[k][0]
         return list(self._inputs[:, o:o + s])
 
@@ -103,7 +127,9 @@ class ChaosBuffers:
         defined = np.zeros(got.size, bool)
         verified = 0
         for k, kind in enumerate(self.kinds):
-            out = reference(kind, self.inputs(k), "sum", self.roots[k], self.comm.rank)
+            out = (split_output(self.inputs(k), self.splits[k], self.comm.rank)
+                   if k in self.splits else
+                   reference(kind, self.inputs(k), "sum", self.roots[k], self.comm.rank))
             if out is None:
                 continue        # reduce: only the root's output is defined
             o = self.recv_at[k]

@@ -24,11 +24,10 @@ from ..bootstrap.mpi import current_group, run_in_group
 from ..errors import DeadlockError, RankFailedError
 from ..host.trace import (MARK_RESULT, MARK_RUN, MARK_SUBMITTING, clock_offset_ns, host_mark,
                           on_daemon_clock, to_chrome)
-from ..protocol.codes import COLLECTIVE_KINDS as KINDS
-from ..protocol.reference import buffer_elems
+from ..protocol.codes import COLLECTIVE_KINDS, PER_PEER_COUNTS
 from ..sched.policies import Policy
 from . import replay as schedule_replay
-from .chaos_buffers import ChaosBuffers
+from .chaos_buffers import ChaosBuffers, demo_sizes, split_matrix
 from .exits import UsageError
 from .status_lines import StatusPrinter
 from ..transport.summary import net_stats, transports_line
@@ -41,6 +40,7 @@ __all__ = ["DemoOptions", "chaos_orders", "check_demo", "parse_kinds", "chaos_wo
            "write_trace", "build_parser", "main"]
 
 EXIT_FAILED, EXIT_DEADLOCK = 1, 3
+KINDS = COLLECTIVE_KINDS + PER_PEER_COUNTS      # the demo gives an all_to_allv its counts
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,12 @@ def chaos_worker(comm, opts: DemoOptions) -> dict:
     K, n = opts.colls, comm.nranks
     kinds = [opts.kinds[k % len(opts.kinds)] for k in range(K)]   # collective k's kind
     roots = [k % n for k in range(K)]
-    sizes = [buffer_elems(kind, opts.count, n) for kind in kinds]
+    sizes = [demo_sizes(kind, k, opts.count, n, comm.rank) for k, kind in enumerate(kinds)]
+    splits = {k: split_matrix(k, opts.count, n) for k in range(K) if kinds[k] == "all_to_allv"}
+    counts = [{} for _ in range(K)]        # an all_to_allv's run gives its counts
+    for k, matrix in splits.items():
+        counts[k] = dict(send_counts=matrix[comm.rank].tolist(),
+                         recv_counts=matrix[:, comm.rank].tolist())
     for k in range(K):
         comm.prepare(k, kinds[k], count=opts.count, dtype=opts.dtype, root=roots[k])
     comm.start()
@@ -108,7 +113,7 @@ def chaos_worker(comm, opts: DemoOptions) -> dict:
                                                         and comm.rank == 0) else None
     if status is not None:
         status.start()
-    buffers = ChaosBuffers(comm, kinds, sizes, opts.dtype, roots)   # filled, checked in bulk
+    buffers = ChaosBuffers(comm, kinds, sizes, opts.dtype, roots, splits)  # in bulk
     sends, recvs = buffers.sends, buffers.recvs
     rng = np.random.default_rng(opts.seed)       # the same stream on every rank
     bar = None
@@ -134,7 +139,7 @@ def chaos_worker(comm, opts: DemoOptions) -> dict:
         futures, submitted = [], time.perf_counter()
         mark(MARK_SUBMITTING, None, it)
         for k in orders[comm.rank]:
-            futures.append(comm.run(k, sends[k], recvs[k]))
+            futures.append(comm.run(k, sends[k], recvs[k], **counts[k]))
             mark(MARK_RUN, k, it)
             if opts.sync == "device":
                 comm.synchronize_device()

@@ -112,6 +112,21 @@ def test_chaos_demo_mixes_every_kind():
     assert sum(r["verified"] for r in per_rank) == 2 * (4 * 3 + 1)
 
 
+def test_demo_kinds_all_includes_all_to_allv():
+    """``demo --kinds all`` as a user runs it (progress bar on): every kind, an all_to_allv
+    with blocks of every size from 0 to --count among them, in disorder."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "pydfccl", "demo", "-n", "3", "-k", "7",
+                           "-i", "3", "-c", "37", "--kinds", "all"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "reduce_scatter, broadcast, reduce, all_to_all, all_to_allv)" in done.stdout
+    # 7 collectives on 3 ranks for 3 iterations; a reduce's output only at its root
+    assert "outputs verified: 57 " in done.stdout, done.stdout
+
+
 def test_integer_average_truncates_toward_zero_as_nccl():
     want = [-1, 0, 1, -2]    # sums -3, -1, 3, -5 over 2 ranks; floor would give -2, -1, 1, -3
     assert pydfccl.launch(rank_workers.negative_average, 2, timeout=120) == [want, want]

@@ -522,7 +522,9 @@ def test_demo_replays_an_all_to_allv_schedule(tmp_path, capsys):
                              "completed in "), engine
     assert "6 results verified" in engine
     assert model.startswith("model (dfccl): completed after ")
-    assert cli.main(["demo", "--schedule", str(path), "--policy", "nccl"]) == 3
+    # the engine's deadlock is named by the watchdog: 3 s, not the default 30
+    assert cli.main(["demo", "--schedule", str(path), "--policy", "nccl",
+                     "--watchdog", "3"]) == 3
     engine, model = capsys.readouterr().out.splitlines()[:2]
     assert "deadlock" in engine and model.startswith("model (nccl): deadlock after ")
 

@@ -23,9 +23,10 @@ import pytest
 from hypothesis import HealthCheck, Phase, event, given, note, settings
 from hypothesis import strategies as st
 
+from collective_draws import drawn_collectives
 from policy_choice import chosen, only
 from pydfccl.cli.replay import EXIT_COMPLETED, EXIT_DEADLOCK, predict, replay
-from pydfccl.sched.model import COMPLETED, DEADLOCK, SYNC, WAIT_ALL, Collective, Schedule, submit
+from pydfccl.sched.model import COMPLETED, DEADLOCK, SYNC, WAIT_ALL, Schedule, submit
 
 NCCL_WATCHDOG = 3.0     # seconds without progress before nccl's deadlock is reported
 # (only a wait-for cycle among daemons that never preempt is reported as a deadlock: a
@@ -43,13 +44,17 @@ engine_settings = settings(max_examples=EXAMPLES, deadline=None, print_blob=True
 
 @st.composite
 def small_schedules(draw, sync_anywhere=True):
-    """2-3 ranks, 2-3 all-reduces of 1..40 elements; each rank keeps the common order or
-    permutes it, may sync before any submission (``sync_anywhere=False``: only before its
-    first) and may end with a sync or a wait_all. Shrinks towards agreeing ranks, no syncs."""
+    """2-3 ranks, 2-3 collectives: all-reduces of 1..40 elements, or all_to_allvs of 0..40
+    elements a pair; each rank keeps the common order or permutes it, may sync before any
+    submission (``sync_anywhere=False``: only before its first) and may end with a sync or a
+    wait_all. Shrinks towards all-reduces, agreeing ranks, no syncs."""
     nranks = draw(st.integers(2, 3))
     ncolls = draw(st.integers(2, 3))
     counts = draw(st.lists(st.integers(1, 40), min_size=ncolls, max_size=ncolls))
     prios = draw(st.lists(st.integers(0, 1), min_size=ncolls, max_size=ncolls))
+    row = st.lists(st.integers(0, 40), min_size=nranks, max_size=nranks)
+    splits = draw(st.lists(st.none() | st.lists(row, min_size=nranks, max_size=nranks),
+                           min_size=ncolls, max_size=ncolls))
     common = list(range(ncolls))
     ranks = []
     for _ in range(nranks):
@@ -64,7 +69,7 @@ def small_schedules(draw, sync_anywhere=True):
         if tail != "none":
             program.append(WAIT_ALL if tail == "wait_all" else SYNC)
         ranks.append(program)
-    return Schedule(nranks, {c: Collective(counts[c], prios[c]) for c in common}, ranks)
+    return Schedule(nranks, drawn_collectives(counts, prios, splits), ranks)
 
 
 PREEMPTIVE = chosen(["dfccl"], preemptive=True)   # or the one --policy names
@@ -85,7 +90,7 @@ def test_dfccl_completes_with_the_models_sums(schedule, dtype):
         assert rank["stats"]["completed"] == len(schedule.collectives)
         assert sorted(rank["completion_order"]) == sorted(schedule.collectives)
         for c in schedule.collectives:
-            assert rank["outputs"][c] == model.values[c][r] == model.expected[c], (r, c)
+            assert rank["outputs"][c] == model.values[c][r] == model.wanted(c, r), (r, c)
 
 
 @pytest.mark.skipif(not only("nccl"), reason="another policy was named")

@@ -20,10 +20,10 @@ import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
+from collective_draws import drawn_collectives
 from policy_choice import chosen, drawn_params, note_counterexample, only
 from pydfccl.sched import policies
-from pydfccl.sched.model import (COMPLETED, DEADLOCK, Collective, Event, Schedule, run_schedule,
-                                 submit)
+from pydfccl.sched.model import COMPLETED, DEADLOCK, Event, Schedule, run_schedule, submit
 
 # Every policy of each kind, or only the one `pytest property_tests --policy NAME` names.
 PREEMPTIVE = chosen(["dfccl", "patient_head", "fixed"], preemptive=True)
@@ -54,15 +54,7 @@ def schedules(draw, extras=("sync",)):
         if draw(st.booleans()):
             program.append(Event(draw(st.sampled_from(extras))))
         ranks.append(program)
-    colls = {c: Collective(counts[c], prios[c]) if splits[c] is None
-             else Collective.all_to_allv(_some(splits[c]), prios[c]) for c in common}
-    return Schedule(nranks, colls, ranks)
-
-
-def _some(counts):
-    """``counts`` with at least one element moved (an all_to_allv's count is its largest)."""
-    counts[0][-1] = max(1, counts[0][-1])
-    return counts
+    return Schedule(nranks, drawn_collectives(counts, prios, splits), ranks)
 
 
 @st.composite

@@ -15,7 +15,7 @@ import time
 import numpy as np
 
 from ..log import logger
-from ..protocol.layout import unpack_step
+from ..protocol.layout import FAULT_RANK, unpack_step
 from . import liveness
 from .registration import unmatched_registrations
 
@@ -174,6 +174,17 @@ class Watchdog:
         blocks = self.world.ctl["blocks"][:, : self.world.config.nblocks]
         return np.concatenate([blocks["progress"].ravel(), blocks["completed"].ravel()]).tobytes()
 
+    def _split_fault(self) -> str | None:
+        """A pair of ranks whose counts of an all_to_allv differ, as this rank's daemon
+        found it (the length a slot carries is not the one this rank expects)."""
+        word = int(self.world.ctl["blocks"]["fault"][self.rank].max())
+        if not word:
+            return None
+        index, sender = word % FAULT_RANK - 1, word // FAULT_RANK
+        return (f"bad counts: {self.describe(index)}: rank {sender} sends rank {self.rank} "
+                f"another number of elements than rank {self.rank}'s recv_counts[{sender}] "
+                "(what rank a sends rank b must be what b receives from a)")
+
     def check(self) -> str | None:
         """Called while this rank has outstanding work or its host is blocked in a device
         synchronize; the abort report in force once this rank must fail, else None."""
@@ -181,6 +192,9 @@ class Watchdog:
         if now < self._next_look:
             return None
         self._next_look = now + min(0.05, self.timeout / 10)
+        fault = self._split_fault()
+        if fault:
+            return self.world.abort_with(fault)
         dead = liveness.dead_peers(self.world, self.rank)
         if dead:        # a peer's host is gone: waiting for it helps no one
             return self.world.abort_with(f"rank failure: {liveness.describe_dead(dead)} "

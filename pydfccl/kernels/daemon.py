@@ -50,8 +50,9 @@ from .memory import (as_array, atomic_add_gpu, atomic_max_gpu, backoff, fence_gp
 from .primitives import (F_ALL, F_POSTDIV, F_RECV, F_SEND, SPIN_ABORT, SPIN_PREEMPT,
                          abort_seen, fence, first_unready, move, move_all, ready_now,
                          spin_wait, take_turn)
-from .plans import (KIND_ALL_TO_ALLV, device_lane_bytes, loop_counted, loop_elems, plan_step,
-                    split_step, step_peers, steps_per_loop)
+from .plans import (KIND_ALL_TO_ALLV, SPLIT_TRAILER_BYTES, device_lane_bytes, loop_counted,
+                    loop_elems, plan_step, slot_payload, split_step, step_peers,
+                    steps_per_loop)
 from .ring import channel_span, ring_index
 from .step_profile import PROFILE_STEPS, SHARED_WORDS as PROFILE_SHARED_WORDS, lap
 from .thread0_state import SLOT, S_WORDS
@@ -63,7 +64,8 @@ __all__ = ["make_daemon", "compile_now", "DAEMON_SIGNATURE"]
 MAX_COLLS, NO_LIMIT = L.MAX_COLLS, L.NO_LIMIT
 CTL_ABORT = L.CTL_ABORT
 CTL_BLOCKS, BS_SIZE = L.CTL_BLOCKS, L.BS_SIZE
-BS_COLL, BS_STEP, BS_WAITS = (L.BS[k] for k in ("coll", "step", "waits"))
+BS_COLL, BS_STEP, BS_WAITS, BS_FAULT = (L.BS[k] for k in ("coll", "step", "waits", "fault"))
+FAULT_RANK = L.FAULT_RANK
 BS_COMPLETED, BS_PREEMPTIONS, BS_EXITS, BS_PROGRESS = (
     L.BS[k] for k in ("completed", "preemptions", "exits", "progress"))
 CTL_SQ, SQ_SIZE, SQ_CAP = L.CTL_SQ, L.SQ_SIZE, L.SQ_CAP
@@ -195,7 +197,7 @@ def _span(colls, coll, block, nranks, slot_bytes):
     entry = coll * COLL_WORDS
     count = colls[entry + C_COUNT]
     nch = colls[entry + C_NCH]
-    slot_elems = slot_bytes // colls[entry + C_ITEMSIZE]
+    slot_elems = slot_payload(colls[entry + C_KIND], slot_bytes, colls[entry + C_ITEMSIZE])
     if block >= nch:
         return 0, 0, 0, slot_elems
     begin, end = channel_span(count, nch, block)
@@ -612,6 +614,13 @@ def make_daemon(policy, nthreads: int = MAX_THREADS):
                 save_task(st, tasks, 1)
                 sh[SH_CMD] = CMD_EXIT
                 return
+            if (waited >= 0 and st[S_KIND] == KIND_ALL_TO_ALLV and flags & F_RECV
+                    and load_volatile(mine + CONN_HEADER + remainder(st[S_RECVD], nslots)
+                                      * slot_bytes + slot_bytes - SPLIT_TRAILER_BYTES) != n):
+                # the sender's part differs from this rank's: the host names the pair
+                # (watchdog.py) and aborts; until then the step never moves
+                store_volatile(status + BS_FAULT, coll + 1 + from_rank * FAULT_RANK)
+                waited = SPIN_PREEMPT
             if waited == SPIN_PREEMPT:
                 _trace(st, pool, block, EV_PREEMPTED, coll, step_word(st[S_LOOP], st[S_STEP]),
                        budget, flags)
@@ -644,6 +653,8 @@ def make_daemon(policy, nthreads: int = MAX_THREADS):
             sh[SH_SLOT_IN] = mine + CONN_HEADER + remainder(st[S_RECVD], nslots) * slot_bytes
             sh[SH_USER_IN] = st[S_SEND] + in_first * itemsize
             sh[SH_SLOT_OUT] = nxt + CONN_HEADER + remainder(st[S_SENT], nslots) * slot_bytes
+            if st[S_KIND] == KIND_ALL_TO_ALLV and flags & F_SEND:   # the part's length
+                store_volatile(sh[SH_SLOT_OUT] + slot_bytes - SPLIT_TRAILER_BYTES, n)
             sh[SH_USER_OUT] = st[S_RECV] + out_first * itemsize
             if flags & F_ALL:
                 _lane_addrs(addrs, flags, sh[SH_USER_IN], peers, mine, rank, nranks, conn,

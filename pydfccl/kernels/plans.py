@@ -53,7 +53,8 @@ from .primitives import COPY, F_ALL, F_POSTDIV, F_RECV, F_SEND, F_USER_IN, F_USE
 from .ring import chunk_span, ring_index, ring_step
 
 __all__ = ["steps_per_loop", "loop_elems", "plan_step", "split_step", "step_peers",
-           "loop_counted", "split_row_words", "SPLIT_HEADER_WORDS",
+           "loop_counted", "split_row_words", "SPLIT_HEADER_WORDS", "SPLIT_TRAILER_BYTES",
+           "slot_payload",
            "ONE_SHOT", "ONE_SHOT_BYTES", "lane_bytes", "device_lane_bytes", "one_shot_limit",
            "one_shot", "table_kind"]
 
@@ -68,6 +69,9 @@ KIND_ALL_REDUCE, KIND_ALL_GATHER, KIND_REDUCE_SCATTER, KIND_BROADCAST, KIND_REDU
 # and a pad word, then for each peer p (send count, send offset) to p, then for each p
 # (recv count, recv offset) from p, in elements.
 SPLIT_HEADER_WORDS = 2
+# The last bytes of each slot an all_to_allv sends hold the part's length, which the
+# receiver compares with its own: a pair whose counts differ is named, not misread.
+SPLIT_TRAILER_BYTES = 16
 
 
 def split_row_words(nranks: int) -> int:
@@ -135,6 +139,14 @@ def steps_per_loop(kind, nranks):
     if kind == KIND_ALL_REDUCE or loop_counted(kind):
         return 2 * nranks - 1
     return nranks
+
+
+@cuda.jit(device=True)
+def slot_payload(kind, slot_bytes, itemsize):
+    """Elements a slot of ``kind`` carries: all its bytes, less an all_to_allv's trailer."""
+    if kind == KIND_ALL_TO_ALLV:
+        return (slot_bytes - SPLIT_TRAILER_BYTES) // itemsize
+    return slot_bytes // itemsize
 
 
 @cuda.jit(device=True)

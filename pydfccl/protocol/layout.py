@@ -52,6 +52,10 @@ I8 = "<i8"
 STEP_WORD_STEPS = 1024
 
 
+# ``BLOCK_STATUS.fault``: collective index + 1, plus the sender's rank times this
+FAULT_RANK = 1 << 20
+
+
 def pack_step(loop, step):
     """The step word of ``step`` in ``loop`` (the daemon compiles this same function)."""
     return loop * STEP_WORD_STEPS + step
@@ -63,7 +67,8 @@ def unpack_step(word: int) -> tuple[int, int]:
 
 
 BLOCK_STATUS = np.dtype([
-    ("pad", I8),
+    ("fault", I8),         # an all_to_allv's counts that a pair disagrees on: the
+    #                        collective + 1 + FAULT_RANK * the sending rank (0: none)
     ("coll", I8),          # collective last loaded + 1, until it completes (0: none)
     ("step", I8),          # where it is in it: pack_step(loop, step)
     ("waits", I8),         # 1: waits for data from prev, 2: for slot credit from next

@@ -81,3 +81,22 @@ def bad_counts(comm):
         errors["kind"] = str(exc)
     comm.barrier()
     return errors
+
+
+def disagreeing_pair(comm):
+    """Rank 0 sends rank 1 three elements, which rank 1 takes for two: rank 1's run fails
+    with the pair named, and every rank's communicator with it (rank 0's own blocks came
+    whole, so its first run may complete; its next fails). Returns the error's text."""
+    import pydfccl
+
+    comm.prepare(A2AV, "all_to_allv", 3, "int32")
+    comm.start()
+    sends, recvs = ([1, 3], [1, 2]) if comm.rank == 0 else ([2, 1], [2, 1])
+    x, y = comm.empty(sum(sends), "int32"), comm.empty(sum(recvs), "int32")
+    x[...] = 7
+    try:
+        for _ in range(2):
+            comm.run(A2AV, x, y, send_counts=sends, recv_counts=recvs).result(timeout=120)
+    except pydfccl.PydfcclError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return "completed"

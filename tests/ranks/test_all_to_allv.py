@@ -48,6 +48,16 @@ def test_shared_slots():
     _check(3, 20, 4, per_rank)
 
 
+def test_a_pair_whose_counts_differ_is_named_on_every_rank():
+    """Each slot carries its part's length: the receiver's daemon finds that it differs
+    from the one it expects, and its host aborts every rank, naming the pair."""
+    errors = pydfccl.launch(split_workers.disagreeing_pair, 2, timeout=120)
+    for error in errors:
+        assert error.startswith("AbortedError: bad counts: all_to_allv 0: rank 0 sends rank "
+                                "1 another number of elements than rank 1's "
+                                "recv_counts[0]"), error
+
+
 def test_bad_counts_are_named():
     errors = pydfccl.launch(split_workers.bad_counts, 2, timeout=120)[1]
     assert "each run needs recv_counts=" in errors["missing"]

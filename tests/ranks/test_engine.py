@@ -236,7 +236,7 @@ def test_watchdog_prints_every_threads_stack_when_asked(monkeypatch, capfd):
 
     from pydfccl.host import watchdog
 
-    blocks = np.zeros((1, 4), dtype=[("progress", "u8"), ("completed", "u8")])
+    blocks = np.zeros((1, 4), dtype=[("progress", "u8"), ("completed", "u8"), ("fault", "i8")])
     world = SimpleNamespace(ctl={"blocks": blocks}, config=SimpleNamespace(nblocks=4),
                             abort_with=lambda text: text)
     monkeypatch.setattr(watchdog.liveness, "dead_peers", lambda world, me: {})

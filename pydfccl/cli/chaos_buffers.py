@@ -17,9 +17,9 @@ import numpy as np
 
 from ..protocol.codes import normalize_dtype
 from ..protocol.collectives import split_output
-from ..protocol.reference import buffer_elems, reference
+from ..protocol.reference import reference
 
-__all__ = ["ALIGN_BYTES", "PERIOD", "ChaosBuffers", "split_matrix", "demo_sizes"]
+__all__ = ["ALIGN_BYTES", "PERIOD", "ChaosBuffers", "split_matrix"]
 
 ALIGN_BYTES = 256
 # Iteration it's inputs: (position + 7 * collective + 3 * it) mod PERIOD, plus rank + 1.
@@ -28,17 +28,10 @@ PERIOD = 13
 
 def split_matrix(k: int, count: int, nranks: int) -> np.ndarray:
     """An all_to_allv's counts as collective ``k`` of the demo: ``[a][b]`` elements from
-    rank a to rank b, every size from 0 to ``count`` among them."""
+    rank a to rank b, ``(a + 2b + k) mod (count + 1)``: empty blocks and blocks of
+    different sizes on the same run."""
     a, b = np.ogrid[:nranks, :nranks]
     return (a + 2 * b + k) % (count + 1)
-
-
-def demo_sizes(kind: str, k: int, count: int, nranks: int, rank: int) -> tuple[int, int]:
-    """(send, recv) elements of collective ``k`` of ``kind`` on ``rank``."""
-    if kind != "all_to_allv":
-        return buffer_elems(kind, count, nranks)
-    counts = split_matrix(k, count, nranks)
-    return int(counts[rank].sum()), int(counts[:, rank].sum())
 
 
 def _layout(sizes: list[int], itemsize: int) -> tuple[list[int], int]:

@@ -25,9 +25,10 @@ from ..errors import DeadlockError, RankFailedError
 from ..host.trace import (MARK_RESULT, MARK_RUN, MARK_SUBMITTING, clock_offset_ns, host_mark,
                           on_daemon_clock, to_chrome)
 from ..protocol.codes import COLLECTIVE_KINDS, PER_PEER_COUNTS
+from ..protocol.reference import buffer_elems
 from ..sched.policies import Policy
 from . import replay as schedule_replay
-from .chaos_buffers import ChaosBuffers, demo_sizes, split_matrix
+from .chaos_buffers import ChaosBuffers, split_matrix
 from .exits import UsageError
 from .status_lines import StatusPrinter
 from ..transport.summary import net_stats, transports_line
@@ -100,8 +101,10 @@ def chaos_worker(comm, opts: DemoOptions) -> dict:
     K, n = opts.colls, comm.nranks
     kinds = [opts.kinds[k % len(opts.kinds)] for k in range(K)]   # collective k's kind
     roots = [k % n for k in range(K)]
-    sizes = [demo_sizes(kind, k, opts.count, n, comm.rank) for k, kind in enumerate(kinds)]
     splits = {k: split_matrix(k, opts.count, n) for k in range(K) if kinds[k] == "all_to_allv"}
+    sizes = [buffer_elems(kind, opts.count, n) if k not in splits else
+             (int(splits[k][comm.rank].sum()), int(splits[k][:, comm.rank].sum()))
+             for k, kind in enumerate(kinds)]
     counts = [{} for _ in range(K)]        # an all_to_allv's run gives its counts
     for k, matrix in splits.items():
         counts[k] = dict(send_counts=matrix[comm.rank].tolist(),

@@ -9,7 +9,7 @@ A2AV, ALL_REDUCE = 0, 1
 
 def count_matrix(nranks: int, capacity: int, run: int) -> np.ndarray:
     """counts[a][b]: elements rank a sends rank b in run ``run``; zeros, the capacity and
-    everything between all occur."""
+    random sizes between them occur."""
     rng = np.random.default_rng([nranks, capacity, run])
     counts = rng.integers(0, capacity + 1, size=(nranks, nranks))
     counts[run % nranks, (run + 1) % nranks] = 0

@@ -5,9 +5,10 @@
 #   startup    `build-kernels` into an empty directory (no GPU used: as an install step
 #              would), then start-up to the first verified collective: cold, warm, and
 #              with that directory as the kernel cache (prebuilt)
-#   tests      the GPU tests (tests/gpu: threads and rank processes under MPS); the rest
-#              of the suite is CI's, on the simulator, but for the stages below. TESTS
-#              (pytest paths or node ids) runs those instead
+#   tests      the GPU tests (tests/gpu: threads and rank processes under MPS) and the
+#              all_to_allv's (tests/ranks/test_all_to_allv.py: its counts travel through
+#              mapped memory); the rest of the suite is CI's, on the simulator, but for the
+#              stages below. TESTS (pytest paths or node ids) runs those instead
 #   latency2   an 8-byte all-reduce, submit to completion, 2 ranks, against a launch each
 #   latency8   the same on 8 ranks
 #   many4      64 concurrent 4 KiB all-reduces on 4 ranks, against a kernel launch each
@@ -40,11 +41,13 @@
 #   torchtests tests/torch/test_torch_api.py on CUDA tensors, rank processes under MPS
 #   faulttests the fault table on the GPU: tests/torch/test_torch_faults.py (CUDA tensors,
 #              a rank 60 s late to barrier()) and tests/ranks/test_faults.py
-#   soak       random schedules with device syncs for SOAK_S seconds (default 90), every
+#   soak       random schedules with device syncs for SOAK_S seconds (default 60), every
 #              output checked
 #   train      examples/train_gpt.py with 2, 3 and 4 rank processes, RUNS runs of STEPS steps
-#              each (default 3 x 200); the first run starts from an empty kernel cache
+#              each (default 1 x 200); the first run starts from an empty kernel cache
 #              unless WARM is set (train2, train3, train4: one size alone)
+#   part1, part2, part3  the whole batch (about 25 minutes on an H100) in three parts of
+#              under 10 minutes each, for machines that bound a call's time
 # TREE names the tree in the summary (default: git's HEAD, which is wrong where the files
 # were copied without their git metadata). Under $OUT (default ./out): summary.txt and
 # logs.tgz (one log per stage or run). Rank processes share the GPU through the MPS daemon,
@@ -105,7 +108,7 @@ reap() {  # reap NAME: kill and name the processes a stage left behind (they hol
     | tee -a "$SUMMARY"
   kill -9 $left 2>/dev/null; sleep 1
 }
-RUNS=${RUNS:-3}
+RUNS=${RUNS:-1}
 STEPS=${STEPS:-200}
 DEADLINE=$((SECONDS + ${BUDGET_S:-540}))   # no stage or run goes past this (the call's limit)
 
@@ -152,10 +155,14 @@ pytest_stage() {  # pytest_stage NAME TIMEOUT_S PATHS...: each test's name and r
 }
 
 SCHEDULE=scripts/schedules/three_ranks_disordered_with_syncs.json
-for s in ${*:-startup tests latency2 latency8 many4 registration bandwidth inorder disorder chaos \
-    chaos8 chaos8p sync8 replay net netgil nettests torchtests faulttests soak ddp hook train}; do
+PART1="tests startup latency2 latency8 many4 registration bandwidth inorder disorder chaos"
+PART2="chaos8 chaos8p sync8 replay net netgil nettests ddp hook"
+PART3="torchtests faulttests soak train"
+STAGES=${*:-$PART1 $PART2 $PART3}
+STAGES=${STAGES//part1/$PART1}; STAGES=${STAGES//part2/$PART2}; STAGES=${STAGES//part3/$PART3}
+for s in $STAGES; do
   case $s in
-    tests) pytest_stage tests 300 ${TESTS:-tests/gpu} ;;
+    tests) pytest_stage tests 300 ${TESTS:-tests/gpu tests/ranks/test_all_to_allv.py} ;;
     torchtests) pytest_stage torch_tests 540 tests/torch/test_torch_api.py ;;
     faulttests) pytest_stage fault_tests 540 tests/torch/test_torch_faults.py \
                   tests/ranks/test_faults.py ;;
@@ -197,7 +204,7 @@ for s in ${*:-startup tests latency2 latency8 many4 registration bandwidth inord
     netgil) stage net_bench_gil 150 env PYDFCCL_RANKS_PER_NODE=2 mpiexec -n 4 $PY -m pydfccl \
               bench --bytes 8,4096,262144 --switch-interval 5e-5 ;;
     nettests) pytest_stage net_tests 300 tests/ranks/test_net.py ;;
-    soak) stage soak $((${SOAK_S:-90} + 90)) $PY -m pydfccl soak --seconds ${SOAK_S:-90} ;;
+    soak) stage soak $((${SOAK_S:-60} + 90)) $PY -m pydfccl soak --seconds ${SOAK_S:-60} ;;
     ddp) stage ddp 300 $PY examples/ddp_bench.py --nranks 2 --backends nccl,gloo,dfccl \
          --device cuda ;;
     replay) stage replay 90 $PY -m pydfccl demo --schedule $SCHEDULE

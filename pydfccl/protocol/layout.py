@@ -127,7 +127,9 @@ CTL_ROW = np.dtype([
     ("grant_head", I8),    # the leader's grants, ever (read in rank 0's row only)
     ("late_head", I8),     # late registrations of shared-slot collectives, ever
     ("late_seen", I8),     # of those, read by the slot leader (written by the leader)
-    ("pad_req", I8, 2),
+    ("row_sent", I8),      # a replica (a rank on another node): when its newest row applied
+    #                        here left that rank, on its clock (transport/rows.py)
+    ("pad_req", I8),
     ("req", I8, REQUEST_CAP),        # the coll_id of request k at k % REQUEST_CAP
     ("late", REGISTRATION, LATE_CAP),   # late registration k at k % LATE_CAP
     ("slot_done", I8, MAX_COLLS),    # runs this rank completed in each slot, ever

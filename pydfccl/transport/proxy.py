@@ -284,7 +284,7 @@ class NetProxy:
             self._own.write(self._counter(conn, L.CONN_HEAD, lane), np.int64([value]))
             self.delivered += 1
         elif kind == ROW:
-            apply_row(self.world, peer, payload)
+            apply_row(self.world, peer, payload, int(header[-1]))
         elif kind == ABORT:
             self._abort_sent = True      # its sender told every node
             self.world.abort_with(bytes(payload[:int(header[1])]).decode(errors="replace"))

@@ -6,7 +6,12 @@ published, the launcher the activity of all. Within a node these are the peers' 
 in the node's shared segment. For a rank on another node the row here is a replica: its
 proxy sends the part of its row that its host and daemon write (``row_bytes``) every
 ``ROW_PERIOD`` seconds and when it closes, and the proxies of this node write it in
-(``apply_row``). The replica's heartbeat is the time it arrived here, and its pid
+(``apply_row``). Each rank of this node receives the peer's rows through its own proxy,
+so they reach the replica by several paths, each in order but not with each other: a row
+older than the one in place (its send time, on the sender's clock, is kept in the
+replica's ``row_sent``) is dropped, or a path that lags would set the replica back, to
+a heartbeat of 0 from before the peer started, say, and a stopped peer would then never
+be named. The replica's heartbeat is the time it arrived here, and its pid
 namespace -1, which no process here has: ``host.liveness`` then judges the peer by that
 heartbeat (``PYDFCCL_HEARTBEAT_TIMEOUT``) rather than by a pid of another machine. The
 SQ, the CQ and the abort word stay each node's own: a remote daemon reads none of them, and
@@ -34,6 +39,7 @@ _REG = (L.word(L.CTL_ROW, "registered"),
 ROW_MESSAGE_BYTES = (_HEAD[1] - _HEAD[0]) + (_REG[1] - _REG[0])
 _HEARTBEAT = L.word(L.CTL_ROW, "heartbeat")
 _PID_NS = L.word(L.CTL_ROW, "pid_ns")
+_ROW_SENT = L.word(L.CTL_ROW, "row_sent")
 
 
 def _raw_row(world, rank: int) -> np.ndarray:
@@ -48,13 +54,18 @@ def row_bytes(world, rank: int) -> np.ndarray:
     return np.concatenate([raw[_HEAD[0]:_HEAD[1]], raw[_REG[0]:_REG[1]]])
 
 
-def apply_row(world, rank: int, payload: np.ndarray) -> None:
-    """Write a row that rank ``rank``'s proxy sent into its replica here."""
+def apply_row(world, rank: int, payload: np.ndarray, sent_ns: int) -> bool:
+    """Write a row that rank ``rank``'s proxy sent at ``sent_ns`` (its clock) into its
+    replica here, unless the replica holds a newer one; whether it was written."""
     raw = _raw_row(world, rank)
+    words = raw.view(np.int64)
+    if sent_ns <= words[_ROW_SENT // 8]:     # another proxy of this node wrote a newer one
+        return False
+    words[_ROW_SENT // 8] = sent_ns
     split = _HEAD[1] - _HEAD[0]
     raw[_REG[0]:_REG[1]] = payload[split:]
     raw[_HEAD[0]:_HEAD[1]] = payload[:split]
-    words = raw.view(np.int64)
     if words[_HEARTBEAT // 8] > 0:          # alive: the time it was last heard of, here
         words[_HEARTBEAT // 8] = time.monotonic_ns()
     words[_PID_NS // 8] = REMOTE_NS          # its pid names no process of this node
+    return True

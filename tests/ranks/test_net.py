@@ -198,9 +198,11 @@ comm = pydfccl.Communicator.from_mpi(MPI.COMM_WORLD)
 
 def heartbeats():    # for a run that names no one: this rank's view of its peers' rows
     ctl, now = comm.world.ctl, time.monotonic_ns()
-    seen = [(r, round((now - int(ctl["heartbeat"][r])) / 1e9, 1), int(ctl["pid_ns"][r]))
-            for r in range(comm.nranks)]
-    print(f"HEARTBEATS rank {comm.rank} (peer, age s, pid ns): {seen}", flush=True)
+    beats = [int(b) for b in ctl["heartbeat"]]
+    seen = [(r, round((now - b) / 1e9, 1) if b > 0 else b, int(ctl["pid"][r]),
+             int(ctl["pid_ns"][r])) for r, b in enumerate(beats)]
+    print(f"HEARTBEATS rank {comm.rank} (peer, age s or heartbeat, pid, pid ns): {seen}",
+          flush=True)
 comm.prepare(0, "all_reduce", count=8, dtype="int64")
 comm.start()
 x = comm.empty(8, "int64")

@@ -195,6 +195,28 @@ def test_a_row_reaches_its_replica_and_an_abort_its_report(ranks):
     assert proxies[2].stats["sent_abort"] == 0      # its sender told every node
 
 
+def test_a_row_older_than_the_replicas_is_dropped(ranks, monkeypatch):
+    """A remote rank's rows reach its replica through each proxy of the node, paths in
+    order each but not with each other: a row from before the peer started (heartbeat 0),
+    delivered after a newer one by a path that lagged, must not set the replica back (a
+    stopped peer whose replica said "not started" was never named)."""
+    cfg, worlds, proxies = ranks
+    row = worlds[0].ctl[0:1]
+    proxies[0]._send_row()                                  # before start: heartbeat 0
+    row["heartbeat"], row["pid"] = time.monotonic_ns(), 4321
+    proxies[0]._send_row()                                  # started
+    queue = proxies[0].comm.queues[(0, 1)]
+    queue.reverse()                                         # the newer one first
+    assert proxies[1]._receive() == 2
+    replica = worlds[1].ctl[0]
+    assert replica["pid"] == 4321 and replica["heartbeat"] > 0
+    assert replica["pid_ns"] == -1
+    from pydfccl.host import liveness
+    monkeypatch.setattr(liveness, "HEARTBEAT_TIMEOUT", 0.5)
+    worlds[1].ctl["heartbeat"][0] = time.monotonic_ns() - 10**9     # silent for 1 s
+    assert "on another node" in liveness.dead_peers(worlds[1], 1)[0]
+
+
 def test_rows_to_a_peer_that_takes_none_do_not_pile_up(ranks):
     """A stopped peer receives nothing, so no row sent to it completes: rank 0 keeps one
     row in flight to it and goes on sending rows to the peer that receives (unbounded,

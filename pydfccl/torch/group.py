@@ -17,7 +17,7 @@ import threading
 import torch
 
 from .convert import as_buffer, check_tensor, dtype_name
-from ..errors import PydfcclError
+from ..errors import AbortedError, DeadlockError, PydfcclError, RankFailedError
 from .errors import DfcclError, as_torch_error
 from .work import Work, completed_work
 
@@ -96,7 +96,10 @@ class TorchGroup:
             return work if async_op else None
         try:
             return self._run(kind, send, recv, out, count, op, root, peer, async_op, counts)
-        except PydfcclError as exc:          # the communicator refused or had failed
+        except (AbortedError, DeadlockError, RankFailedError) as exc:
+            self._failed(exc)     # the communicator had failed: it runs nothing more
+            raise as_torch_error(exc, self.rank, kind) from exc
+        except PydfcclError as exc:          # the communicator refused
             raise as_torch_error(exc, self.rank, kind) from exc
 
     def _run(self, kind, send, recv, out, count, op, root, peer, async_op, counts):
@@ -111,7 +114,7 @@ class TorchGroup:
         else:
             future = self.comm.run(cid, send_buf, recv_buf, **split)
         work = Work(future, [out], timeout=self.timeout, rank=self.rank, what=kind,
-                    on_group_timeout=self._timed_out)
+                    on_group_timeout=self._timed_out, on_failure=self._failed)
         # The tensors must outlive the run (the daemon only has their addresses, and on
         # CUDA the caching allocator would hand their memory out again).
         key = id(work)
@@ -129,14 +132,18 @@ class TorchGroup:
         the next call is where the error can surface."""
         with self._lock:
             self._alive.pop(key, None)
-            if future.exception() is not None and self._failure is None:
-                self._failure = future.exception()
+        if future.exception() is not None:
+            self._failed(future.exception())
 
-    def _timed_out(self, error) -> None:
-        """A wait outlasted the group's timeout: the group fails, as torch's backends do."""
+    def _failed(self, error) -> None:
+        """The group fails with ``error`` (the first stays): its later calls raise it."""
         with self._lock:
             if self._failure is None:
                 self._failure = error
+
+    def _timed_out(self, error) -> None:
+        """A wait outlasted the group's timeout: the group fails, as torch's backends do."""
+        self._failed(error)
 
     def synchronize_device(self) -> None:
         """A device-wide synchronize (the simulator's stand-in for

@@ -32,9 +32,10 @@ class Work(dist.Work):
     ``torch.distributed.DistBackendError`` naming the rank and the collective."""
 
     def __init__(self, future, outputs: list, *, timeout=None, rank: int | None = None,
-                 what: str = "a collective", on_group_timeout=None):
+                 what: str = "a collective", on_group_timeout=None, on_failure=None):
         super().__init__()
         self._on_group_timeout = on_group_timeout   # the group's timeout fails the group
+        self._on_failure = on_failure    # so does a failed run, before wait() raises it
         self._future = future          # concurrent.futures.Future of the run
         self._outputs = outputs
         self._torch_future = None
@@ -48,8 +49,13 @@ class Work(dist.Work):
         except BaseException as exc:
             error = as_torch_error(exc, self._rank, self._what, seconds,
                                    "the wait's" if own else "the group's")
-            if not own and isinstance(error, DfcclTimeoutError) and self._on_group_timeout:
-                self._on_group_timeout(error)
+            if isinstance(error, DfcclTimeoutError):
+                if not own and self._on_group_timeout:
+                    self._on_group_timeout(error)
+            elif self._on_failure is not None:
+                # the future's done callbacks run after its waiters wake: without this,
+                # the caller's next collective could be submitted before the group knew
+                self._on_failure(exc)
             raise error from exc
         return True
 

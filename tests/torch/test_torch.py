@@ -100,6 +100,44 @@ def test_a_failed_run_sticks_to_the_group(group):
         pt.all_reduce(torch.ones(4), group=group)
 
 
+class _LateCallbacks(Future):
+    """A future whose done callbacks have not run yet when its waiters wake (they run
+    after ``notify_all`` in concurrent.futures: a waiter can be back first)."""
+
+    def add_done_callback(self, fn):
+        pass
+
+
+def test_a_failed_wait_fails_the_group_before_it_returns(group):
+    """rank 2 of the torch fault row, on a loaded machine: its blocking all_reduce raised,
+    and its next one was submitted before the run's done callback had marked the group."""
+    def failing_run(coll_id, send, recv=None):
+        f = _LateCallbacks()
+        f.set_exception(pydfccl_errors.AbortedError("rank failure: rank 1: gone"))
+        return f
+
+    group.comm.run = failing_run
+    with pytest.raises(pydfccl_errors.PydfcclError, match="rank failure: rank 1"):
+        pt.all_reduce(torch.ones(4), group=group)
+    with pytest.raises(pydfccl_errors.PydfcclError, match="an earlier collective of this "
+                                                         "group failed .rank failure: rank 1"):
+        pt.all_reduce(torch.ones(4), group=group)
+
+
+def test_a_run_refused_by_a_failed_communicator_fails_the_group(group):
+    """The world was aborted before this rank submitted: ``run`` itself raises the
+    abort, and the group's later calls name it as the earlier failure."""
+    def refused(coll_id, send, recv=None):
+        raise pydfccl_errors.AbortedError("rank failure: rank 1: gone")
+
+    group.comm.run = refused
+    with pytest.raises(pydfccl_errors.PydfcclError, match="all_reduce failed: AbortedError"):
+        pt.all_reduce(torch.ones(4), group=group)
+    with pytest.raises(pydfccl_errors.PydfcclError, match="an earlier collective of this "
+                                                         "group failed .rank failure: rank 1"):
+        pt.all_reduce(torch.ones(8), group=group)
+
+
 @pytest.mark.parametrize("call, error, match", [
     (lambda g: pt.all_reduce(torch.ones(4, 4).t(), group=g), ValueError, "not contiguous"),
     (lambda g: pt.all_reduce(torch.ones(3, dtype=torch.bool), group=g), TypeError,

@@ -328,19 +328,22 @@ def test_example_trains_and_matches_the_reference():
     assert "(ok)" in r.stdout and "(decreasing)" in r.stdout
 
 
-@pytest.mark.parametrize("layout", [["--nranks", "4", "--tp", "2"],
-                                    ["--nranks", "2", "--tp", "1"]])
-def test_training_with_syncs_between_disordered_issues_survives_frequent_relaunches(layout):
+# steps a layout: enough for well over 30 relaunches on rank 0 (about eight a step with 4
+# ranks and tensor parallel 2, about four with 2 ranks)
+@pytest.mark.parametrize("layout, steps", [(["--nranks", "4", "--tp", "2"], "8"),
+                                           (["--nranks", "2", "--tp", "1"], "15")])
+def test_training_with_syncs_between_disordered_issues_survives_frequent_relaunches(layout,
+                                                                                    steps):
     """The pattern that stalled on a GPU (rank-dependent issue orders across several groups,
-    a device sync and ``.item()`` between the issues, rank processes), for 15 steps with a
-    quit budget of 5 ms, so that the daemons quit and are relaunched dozens of times (about
-    five a step on rank 0 with 2 ranks): a lost relaunch breaks the launcher's rule and fails
-    the job at once, a stall fails it at the example's watchdog."""
+    a device sync and ``.item()`` between the issues, rank processes), for 8-15 steps with a
+    quit budget of 5 ms, so that the daemons quit and are relaunched dozens of times: a lost
+    relaunch breaks the launcher's rule and fails the job at once, a stall fails it at the
+    example's watchdog."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT),
                                                       os.environ.get("PYTHONPATH", "")]),
                PYDFCCL_PARAMS="QUIT_AFTER=5000000")
     r = subprocess.run([sys.executable, str(ROOT / "examples" / "train_gpt.py"), *layout,
-                        "--steps", "15", "--watchdog", "120", "--timeout", "400"],
+                        "--steps", steps, "--watchdog", "120", "--timeout", "400"],
                        env=env, capture_output=True, text=True, timeout=450)
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
     assert "(ok)" in r.stdout and "(decreasing)" in r.stdout

@@ -28,7 +28,7 @@ ENV = "PYDFCCL_EARLY_CONTEXT"
 _lock = threading.Lock()
 _thread: threading.Thread | None = None
 _held = False
-outcome: str | None = None      # what the thread did, once it ended (tests and doctor read it)
+outcome: str | None = None      # what the thread did, once it ended (for tests)
 
 
 def hold() -> None:

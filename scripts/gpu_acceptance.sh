@@ -46,7 +46,7 @@
 #   train      examples/train_gpt.py with 2, 3 and 4 rank processes, RUNS runs of STEPS steps
 #              each (default 1 x 200); the first run starts from an empty kernel cache
 #              unless WARM is set (train2, train3, train4: one size alone)
-#   part1, part2, part3  the whole batch (about 25 minutes on an H100) in three parts of
+#   part1, part2, part3  the whole batch (about 18 minutes on an H100) in three parts of
 #              under 10 minutes each, for machines that bound a call's time
 # TREE names the tree in the summary (default: git's HEAD, which is wrong where the files
 # were copied without their git metadata). Under $OUT (default ./out): summary.txt and

@@ -41,14 +41,15 @@ def allreduce_cases(comm, cases, in_place=False, repeats=1):
     return dict(results=out, stats=comm.stats())
 
 
-def opposite_orders(comm, ncolls: int, count: int):
-    """Rank r submits the collectives in an order rotated by r (rank 0 and 1 disagree)."""
+def opposite_orders(comm, ncolls: int, count: int, rotate: bool = True):
+    """Rank r submits the collectives in an order rotated by r (rank 0 and 1 disagree);
+    ``rotate=False``: every rank in the same order."""
     for k in range(ncolls):
         comm.prepare(k, "all_reduce", count=count, dtype="int64")
     comm.start()
     sends = [fill(comm, rank_inputs(comm.rank, count, "int64", k)) for k in range(ncolls)]
     recvs = [comm.empty(count, "int64") for _ in range(ncolls)]
-    order = [(k + comm.rank) % ncolls for k in range(ncolls)]
+    order = [(k + comm.rank * rotate) % ncolls for k in range(ncolls)]
     futures = {k: comm.run(k, sends[k], recvs[k]) for k in order}
     results = {k: platform.to_numpy(f.result(timeout=120)).tolist() for k, f in futures.items()}
     return dict(results=[results[k] for k in range(ncolls)], stats=comm.stats())

@@ -108,30 +108,24 @@ class _LateCallbacks(Future):
         pass
 
 
-def test_a_failed_wait_fails_the_group_before_it_returns(group):
-    """rank 2 of the torch fault row, on a loaded machine: its blocking all_reduce raised,
-    and its next one was submitted before the run's done callback had marked the group."""
-    def failing_run(coll_id, send, recv=None):
-        f = _LateCallbacks()
-        f.set_exception(pydfccl_errors.AbortedError("rank failure: rank 1: gone"))
-        return f
-
-    group.comm.run = failing_run
-    with pytest.raises(pydfccl_errors.PydfcclError, match="rank failure: rank 1"):
-        pt.all_reduce(torch.ones(4), group=group)
-    with pytest.raises(pydfccl_errors.PydfcclError, match="an earlier collective of this "
-                                                         "group failed .rank failure: rank 1"):
-        pt.all_reduce(torch.ones(4), group=group)
+def _failed_in_flight(coll_id, send, recv=None):
+    """rank 2 of the torch fault row, on a loaded machine: the run failed, and the caller's
+    next call came before the run's done callback had marked the group."""
+    f = _LateCallbacks()
+    f.set_exception(pydfccl_errors.AbortedError("rank failure: rank 1: gone"))
+    return f
 
 
-def test_a_run_refused_by_a_failed_communicator_fails_the_group(group):
-    """The world was aborted before this rank submitted: ``run`` itself raises the
-    abort, and the group's later calls name it as the earlier failure."""
-    def refused(coll_id, send, recv=None):
-        raise pydfccl_errors.AbortedError("rank failure: rank 1: gone")
+def _refused(coll_id, send, recv=None):
+    """The world was aborted before this rank submitted: ``run`` itself raises."""
+    raise pydfccl_errors.AbortedError("rank failure: rank 1: gone")
 
-    group.comm.run = refused
-    with pytest.raises(pydfccl_errors.PydfcclError, match="all_reduce failed: AbortedError"):
+
+@pytest.mark.parametrize("run", [_failed_in_flight, _refused], ids=["in_flight", "refused"])
+def test_a_failed_or_refused_run_fails_the_group_before_the_call_returns(group, run):
+    group.comm.run = run
+    with pytest.raises(pydfccl_errors.PydfcclError, match="all_reduce failed: AbortedError: "
+                                                         "rank failure: rank 1"):
         pt.all_reduce(torch.ones(4), group=group)
     with pytest.raises(pydfccl_errors.PydfcclError, match="an earlier collective of this "
                                                          "group failed .rank failure: rank 1"):

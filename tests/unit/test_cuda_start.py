@@ -93,13 +93,13 @@ def test_one_gpu_gets_its_primary_context_several_the_driver_alone(fresh, gpus, 
     assert driver.calls == calls
 
 
-def test_nothing_without_a_driver_or_when_the_driver_fails(fresh):
+def test_nothing_without_a_driver(fresh):
     fresh(None)
     cuda_start.start()
     assert cuda_start.wait(10) == "no driver"
 
 
-def test_a_driver_that_fails_to_start_is_left_to_numba(fresh, monkeypatch):
+def test_a_driver_that_fails_to_start_is_left_to_numba(fresh):
     driver = _Driver(1, init=100)                # CUDA_ERROR_NO_DEVICE
     fresh(driver)
     cuda_start.start()

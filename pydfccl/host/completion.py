@@ -20,7 +20,7 @@ from ..log import logger
 from ..protocol import layout as L
 from .buffers import dropped_by_user, future_dropped
 from .futures import CollectiveFuture
-from .hostspin import SPINS_PER_CALL, wait_for_stamp
+from .hostspin import spins_per_call, wait_for_stamp
 
 __all__ = ["CompletionQueue"]
 
@@ -163,7 +163,7 @@ class CompletionQueue:
                     wait_for_futures([future], timeout=1e-3)
                     seen = False
                 else:
-                    seen = wait_for_stamp(*self.next_stamp(), SPINS_PER_CALL)
+                    seen = wait_for_stamp(*self.next_stamp(), spins_per_call())
         finally:
             self.helpers -= 1
             if future.finished:   # it drained for itself and is likely back for the next one;

@@ -8,6 +8,13 @@ code loops watch the stamp with atomic loads, called through ``ctypes`` (which r
 GIL for the call), so the other ranks' threads run while one waits and the waiter sees the
 stamp within a few hundred nanoseconds.
 
+A call watches for a fixed time, ``CALL_SECONDS``, not a fixed number of looks, and the
+caller checks its timeout and errors in Python between calls. Each return takes the GIL
+back; at a look every few tenths of a nanosecond, a call of 20,000 looks returned every
+8 us, so eight ranks waiting in one process took the GIL some 100,000 times a second
+between them, and a rank thread filling or checking its buffers waited behind them. How
+many looks make ``CALL_SECONDS`` is measured once a process (``spins_per_call``).
+
 The loops are written in LLVM IR and compiled with llvmlite's JIT when first needed, in
 9 ms on a CPU of the CI kind: as ``numba.njit`` functions loaded from Numba's disk cache
 they cost every process 0.04-0.06 s to import and 0.15 s more at the first call there, and
@@ -18,14 +25,17 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import time
 
 import numpy as np
 
-__all__ = ["wait_for_stamp", "wait_for_any_stamp", "warm_up", "SPINS_PER_CALL"]
+__all__ = ["wait_for_stamp", "wait_for_any_stamp", "warm_up", "spins_per_call",
+           "CALL_SECONDS"]
 
-# One look is a few nanoseconds; a call returns after about this many looks (tens of
-# microseconds) so that the caller can check timeouts and errors in Python.
-SPINS_PER_CALL = 20_000
+# How long one call watches before it returns to the caller's Python (timeouts, errors): a
+# stamp is seen at once either way; a longer call takes the GIL less often.
+CALL_SECONDS = 1e-4
+CALIBRATION_SPINS = 100_000      # looks timed to size a call (tens of microseconds)
 
 _loops: dict | None = None       # set once, whole, by _compiled
 _loops_lock = threading.Lock()
@@ -117,13 +127,34 @@ def _compiled() -> dict:
             engine = llvm.create_mcjit_compiler(module, machine)
             engine.finalize_object()
             i64, p = ctypes.c_int64, ctypes.c_void_p
-            _loops = dict(
+            loops = dict(
                 engine=engine,                # the code lives as long as its engine
                 one=ctypes.CFUNCTYPE(i64, i64, i64, i64)(
                     engine.get_function_address("wait_for_stamp")),
                 any=ctypes.CFUNCTYPE(i64, p, p, i64, i64)(
                     engine.get_function_address("wait_for_any_stamp")))
+            loops["spins"] = _calibrated(loops["one"])
+            _loops = loops
         return _loops
+
+
+def _calibrated(one) -> int:
+    """The looks that take about ``CALL_SECONDS``, from the fastest of three timed calls
+    on a word that never changes. A call slowed by the machine's load makes fewer looks a
+    call, never more (a shorter call, as before; never a late timeout)."""
+    word = np.zeros(1, np.int64)
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        one(word.ctypes.data, 1, CALIBRATION_SPINS)
+        best = min(best, time.perf_counter() - t0)
+    return max(1000, int(CALIBRATION_SPINS * CALL_SECONDS / max(best, 1e-9)))
+
+
+def spins_per_call() -> int:
+    """The ``spins`` that make a call of ``wait_for_stamp`` watch for about
+    ``CALL_SECONDS`` when the stamp does not come."""
+    return _compiled()["spins"]
 
 
 def wait_for_stamp(addr: int, want: int, spins: int) -> bool:
@@ -145,5 +176,5 @@ def wait_for_any_stamp(addrs: np.ndarray, wants: np.ndarray, spins: int) -> int:
 
 
 def warm_up() -> None:
-    """Compile both loops now rather than in the first ``result()``."""
+    """Compile both loops (and size a call) now rather than in the first ``result()``."""
     _compiled()

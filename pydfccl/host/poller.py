@@ -30,7 +30,7 @@ import numpy as np
 
 from .. import platform
 from ..platform import backend
-from .hostspin import SPINS_PER_CALL, wait_for_any_stamp
+from .hostspin import CALL_SECONDS, spins_per_call, wait_for_any_stamp
 
 __all__ = ["poller"]
 
@@ -42,7 +42,7 @@ SLEEP_WHEN_HELPED = 1e-3
 HELPED_RECENTLY = 1e-3
 SLEEP_WHEN_QUIET = 2e-6      # simulator: no spinning, short sleeps
 QUIET_LOOKS = 2000           # then 100 us between looks
-SPIN_ROUNDS = 500            # GPU: rounds of watching (about 10 ms) before sleeping instead
+SPIN_ROUNDS = round(10e-3 / CALL_SECONDS)   # GPU: 10 ms of watching, then sleeps instead
 TRACE_DRAIN_SECONDS = 0.01   # before a busy block's event ring (4096 records) wraps
 
 
@@ -63,6 +63,9 @@ class Poller:
         self._tracer_thread: threading.Thread | None = None
         self.sleeping = False
         self._stopping = False
+        # bumped by every wake(): a watch of other ranks' stamps ends at once when a rank
+        # submits, rather than at the end of its call, so that rank's stamp is watched too
+        self._kick = np.zeros(1, np.int64)
 
     def add(self, comm) -> None:
         with self._cond:
@@ -96,7 +99,8 @@ class Poller:
                 thread.join(timeout=1.0)
 
     def wake(self) -> None:
-        """New work was submitted: end the poller's sleep (cheap when it is not asleep)."""
+        """New work was submitted: end the poller's sleep or watch (cheap when neither)."""
+        self._kick[0] += 1
         if self.sleeping:
             with self._cond:
                 self._cond.notify_all()
@@ -126,8 +130,10 @@ class Poller:
                 time.sleep(SLEEP_WHEN_HELPED)
             elif backend.waiter_spin_seconds > 0 and quiet < SPIN_ROUNDS:
                 addrs, wants = zip(*(c.next_stamp() for c in unhelped))
+                addrs += (self._kick.ctypes.data,)
+                wants += (int(self._kick[0]) + 1,)
                 wait_for_any_stamp(np.array(addrs, np.int64), np.array(wants, np.int64),
-                                   SPINS_PER_CALL)
+                                   spins_per_call())
             else:
                 time.sleep(SLEEP_WHEN_QUIET if quiet < QUIET_LOOKS else 1e-4)
 

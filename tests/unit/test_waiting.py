@@ -200,10 +200,22 @@ def test_the_loops_find_the_stamp_their_callers_watch():
     assert hostspin.wait_for_any_stamp(addrs, np.ones(3, np.int64), 1000) == 1
     assert hostspin.wait_for_any_stamp(addrs, np.array([9, 9, 6], np.int64), 1000) == -1
     words[0] = 3
-    assert hostspin.wait_for_stamp(int(addrs[0]), 3, hostspin.SPINS_PER_CALL)
+    assert hostspin.wait_for_stamp(int(addrs[0]), 3, hostspin.spins_per_call())
     assert not hostspin.wait_for_stamp(int(addrs[0]), 4, 0)
     with pytest.raises(ValueError, match="one length"):
         hostspin.wait_for_any_stamp(addrs, np.ones(2, np.int64), 1)
+
+
+def test_a_call_watches_for_a_bounded_time():
+    """``spins_per_call`` sizes a call to about ``CALL_SECONDS`` on this CPU: a call on a
+    stamp that never comes returns (a load can only make it shorter or preempt it; the
+    bound is generous), and it makes at least the minimum of looks."""
+    spins = hostspin.spins_per_call()
+    assert spins >= 1000
+    word = np.zeros(1, np.int64)
+    t0 = time.perf_counter()
+    assert not hostspin.wait_for_stamp(word.ctypes.data, 1, spins)
+    assert time.perf_counter() - t0 < 2.0
 
 
 def test_a_waiting_loop_lets_other_threads_run():

@@ -71,24 +71,44 @@ def _staging():
             _idle[device].append(staging)
 
 
+def _device_span(dev_bytes, nbytes: int) -> int:
+    """The device address of the flat uint8 device array ``dev_bytes``, which a copy of
+    ``nbytes`` fills exactly."""
+    if dev_bytes.size != nbytes:
+        raise ValueError(f"a copy of {nbytes} bytes into or out of {dev_bytes.size} bytes")
+    return int(dev_bytes.__cuda_array_interface__["data"][0])
+
+
 def host_to_device(dev_bytes, raw: np.ndarray) -> None:
-    """Copy the flat uint8 ``raw`` into the flat uint8 device array ``dev_bytes`` and wait."""
+    """Copy the flat uint8 ``raw`` into the flat uint8 device array ``dev_bytes`` and wait.
+    Driver calls on the address, not Numba's slicing and copy methods: those cost a rank
+    thread a few hundred microseconds of Python (and the GIL) a copy."""
+    from cuda.bindings import driver
+
+    addr = _device_span(dev_bytes, raw.size)
     with _staging() as (pinned, stream):
+        handle = stream._pydfccl_handle
         for start in range(0, raw.size, STAGING_BYTES):
             n = min(STAGING_BYTES, raw.size - start)
             pinned[:n] = raw[start:start + n]
-            dev_bytes[start:start + n].copy_to_device(pinned[:n], stream=stream)
-            stream.synchronize()
+            driver_result(driver.cuMemcpyHtoDAsync(addr + start, pinned.ctypes.data, n,
+                                                   handle), "cuMemcpyHtoDAsync")
+            driver_result(driver.cuStreamSynchronize(handle), "cuStreamSynchronize")
 
 
 def device_to_host(dev_bytes) -> np.ndarray:
     """A host copy of the flat uint8 device array ``dev_bytes``."""
+    from cuda.bindings import driver
+
     out = np.empty(dev_bytes.size, np.uint8)
+    addr = _device_span(dev_bytes, out.size)
     with _staging() as (pinned, stream):
+        handle = stream._pydfccl_handle
         for start in range(0, out.size, STAGING_BYTES):
             n = min(STAGING_BYTES, out.size - start)
-            dev_bytes[start:start + n].copy_to_host(pinned[:n], stream=stream)
-            stream.synchronize()
+            driver_result(driver.cuMemcpyDtoHAsync(pinned.ctypes.data, addr + start, n,
+                                                   handle), "cuMemcpyDtoHAsync")
+            driver_result(driver.cuStreamSynchronize(handle), "cuStreamSynchronize")
             out[start:start + n] = pinned[:n]
     return out
 

@@ -15,7 +15,8 @@
 #   registration  prepare + start of 10,000 all-reduces sharing the daemon's slots on 4
 #              ranks, beside 32 with slots of their own, and 100 distinct ones run
 #   bandwidth  128 MiB and 256 MiB all-reduces on 4 ranks against a device-to-device copy,
-#              the median of 7 cycles, beside the nccl policy (no preemption)
+#              the median of 7 cycles of 50 runs (cycles of 10 runs, about 10 ms each,
+#              spread threefold in one batch), beside the nccl policy (no preemption)
 #   chaos      the chaos demo with 4 rank processes, 8 collectives x 500 iterations, a device
 #              sync after every submission
 #   chaos8     the chaos demo on 8 ranks, 200 iterations, under dfccl and under the nccl
@@ -171,7 +172,7 @@ for s in $STAGES; do
     many4) stage many4 120 $PY -m pydfccl bench latency -n 4 -k 64 -c 1024 --iters 200 -w 20 ;;
     registration) stage registration 200 $PY -m pydfccl bench registration -n 4 ;;
     bandwidth) stage bandwidth 200 $PY -m pydfccl bench --nranks 4 -b 134217728 \
-                 -e 268435456 -f 2 -n 10 -w 2 -N 7 --baseline nccl ;;
+                 -e 268435456 -f 2 -n 50 -w 2 -N 7 --baseline nccl ;;
     train) train_runs train2 --nranks 2
            train_runs train3 --nranks 3 --tp 1 --batch 6
            train_runs train4 --nranks 4 ;;

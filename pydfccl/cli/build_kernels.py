@@ -10,13 +10,9 @@ import os
 import subprocess
 import sys
 
-from .. import cuda_start
-
-cuda_start.hold()     # before the kernels' package, which would start CUDA: no GPU is used
-
-from ..kernels.compiler import MAX_THREADS  # noqa: E402
-from ..sched.policies import policy_names  # noqa: E402
-from .exits import UsageError  # noqa: E402
+from ..kernels.compiler import MAX_THREADS
+from ..sched.policies import policy_names
+from .exits import UsageError
 
 __all__ = ["main"]
 

@@ -5,7 +5,3 @@ its float16/bfloat16 conversions; ``primitives`` the wait loop and the generic d
 ``ring`` the ring all-reduce step plan; ``daemon`` the persistent kernel that schedules
 collectives.
 """
-
-from ..cuda_start import start as _start_cuda
-
-_start_cuda()    # the CUDA context is made while Numba's CUDA target imports (cuda_start.py)

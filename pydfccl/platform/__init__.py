@@ -11,16 +11,12 @@ below are its operations, for callers that need one of them.
 
 from __future__ import annotations
 
-from ..cuda_start import start as _start_cuda
+from numba import cuda
 
-_start_cuda()    # the CUDA context is made while Numba's CUDA target imports (cuda_start.py)
-
-from numba import cuda  # noqa: E402
-
-from ..kernels.memory import SIMULATOR  # noqa: E402
-from .base import Backend, deferred_frees, precise_sleeps  # noqa: E402
-from .driver import (PeerBuffer, device_attribute, driver_result, ipc_handle,  # noqa: E402
-                     mps_active, use_device)
+from ..kernels.memory import SIMULATOR
+from .base import Backend, deferred_frees, precise_sleeps
+from .driver import (PeerBuffer, device_attribute, driver_result, ipc_handle, mps_active,
+                     use_device)
 
 # A daemon deliberately uses a few blocks; Numba's low-occupancy warning would fire on every
 # launch.

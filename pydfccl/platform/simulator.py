@@ -142,17 +142,36 @@ class SimulatorBackend(Backend):
 
 def install_gentle_block_supervisor() -> None:
     """The simulator's block supervisor polls its threads in a tight loop holding the GIL;
-    a daemon block lives for seconds, so let the supervisor sleep between polls."""
+    a daemon block lives for seconds, so let the supervisor sleep between polls.
+
+    A block of one thread (the daemon's, under the simulator) needs no supervisor to meet
+    at a barrier: its ``syncthreads`` returns at once, not after the supervisor's next poll
+    (two barriers a daemon step), and the supervisor waits for the thread to end in
+    ``join``, which returns as it ends, rather than waking every 50 us."""
     from numba.cuda.simulator import kernel as simkernel
 
     if getattr(simkernel.BlockManager, "_pydfccl_gentle", False):
         return
     original_is_alive = simkernel.BlockThread.is_alive
+    original_syncthreads = simkernel.BlockThread.syncthreads
+
+    def alone(thread) -> bool:
+        return int(np.prod(thread._manager._block_dim)) == 1
 
     def is_alive(self):
-        time.sleep(50e-6)
+        if alone(self) and self is not threading.current_thread():
+            self.join(0.01)
+        else:
+            time.sleep(50e-6)
         return original_is_alive(self)
 
+    def syncthreads(self):
+        if not alone(self):
+            return original_syncthreads(self)
+        if self.abort:
+            raise RuntimeError("abort flag set on syncthreads call")
+
     simkernel.BlockThread.is_alive = is_alive
+    simkernel.BlockThread.syncthreads = syncthreads
     simkernel.BlockManager._pydfccl_gentle = True
     sys.setswitchinterval(1e-4)

@@ -145,9 +145,24 @@ if SIMULATOR:
         """The simulator has no multiprocessors: every block reports 0."""
         return 0
 
+    _spin = threading.local()
+    BACKOFF_FIRST_NS = 20_000     # the first sleep of a wait
+    BACKOFF_MOST_NS = 500_000     # the longest
+    BACKOFF_NEW_WAIT_NS = 200_000  # the thread's CPU since its last sleep: a new wait
+
     def backoff():
         # A simulated spin costs a Python loop; sleeping leaves the CPU to the other ranks.
-        time.sleep(20e-6)
+        # A wait that goes on sleeps longer each time (doubling, up to BACKOFF_MOST_NS): a
+        # rank waiting seconds for a late peer would otherwise spend a quarter of a core.
+        # Work done since the last sleep (the thread's CPU time, whatever the load) starts
+        # a new wait at BACKOFF_FIRST_NS.
+        cpu = time.thread_time_ns()
+        pause = getattr(_spin, "pause", BACKOFF_FIRST_NS)
+        if cpu - getattr(_spin, "cpu", 0) > BACKOFF_NEW_WAIT_NS:
+            pause = BACKOFF_FIRST_NS
+        time.sleep(pause * 1e-9)
+        _spin.pause = min(2 * pause, BACKOFF_MOST_NS)
+        _spin.cpu = time.thread_time_ns()
 
 else:
     from llvmlite import ir

@@ -46,6 +46,7 @@ def test_more_runs_than_the_queue_holds_are_queued_not_dropped():
 def test_threads_and_launches_stay_bounded():
     (out,) = pydfccl.launch(rank_workers.steady_resources, 1, args=(400,), timeout=300)
     assert len(set(out["threads"])) == 1, out["threads"]
+    assert max(out["block_threads"]) <= 1, out["block_threads"]    # one daemon block at most
     # Once warm, 300 more collectives leave the heap as it was: no per-run residue.
     first, last = out["objects"][1], out["objects"][-1]
     assert last - first < 200, out["objects"]

@@ -154,6 +154,10 @@ class StoreServer:
         self.data: dict = {}
         self.holders: dict = {}    # rank: the token of the process that spoke as it first
         self.cond = threading.Condition()
+        # replies decided but not yet sent: rank 0 must not exit before they go out (a rank
+        # whose last request was answered in the store but not on the wire would retry
+        # against a closed port until its join timeout)
+        self.owed = 0
         self._open = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self.refused = 0      # connections dropped: not this job's, or not the protocol
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -194,6 +198,7 @@ class StoreServer:
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
+        owes = False
         try:
             conn.settimeout(REQUEST_SECONDS)
             nonce = secrets.token_bytes(NONCE_BYTES)
@@ -206,6 +211,7 @@ class StoreServer:
                 raise WireError("a request without this job's secret")
             request = json.loads(body.decode())
             reply = self._handle(request)
+            owes = True                        # counted in ``owed`` until sent
             out = json.dumps(reply).encode()
             conn.settimeout(REQUEST_SECONDS)
             send_frame(conn, out)
@@ -216,8 +222,33 @@ class StoreServer:
         finally:
             conn.close()
             self._open.release()
+            if owes:
+                self._paid()
+
+    def _paid(self) -> None:
+        """A counted reply went out (or its connection failed)."""
+        with self.cond:
+            self.owed -= 1
+            self.cond.notify_all()
+
+    def wait_for_replies(self, timeout: float = REQUEST_SECONDS) -> None:
+        """Return once every reply the store has decided is sent (or ``timeout``)."""
+        with self.cond:
+            self.cond.wait_for(lambda: self.owed == 0, timeout=timeout)
 
     def _handle(self, request: dict) -> dict:
+        """The reply to ``request``. Every reply is counted in ``owed`` as it is decided,
+        under the lock (so before a waiter can see what the request did), until ``_serve``
+        has sent it; a ``get`` waiting for its key is not counted while it waits."""
+        with self.cond:
+            return self._owe(self._decide(request))
+
+    def _owe(self, reply: dict) -> dict:
+        self.owed += 1
+        return reply
+
+    def _decide(self, request: dict) -> dict:
+        """``_handle``'s reply (lock held; a ``get`` waits on the condition, letting go)."""
         if request.get("job") != self.job or request.get("size") != self.size:
             return dict(error=f"this store serves job {self.job!r} of {self.size} ranks, "
                               f"not job {request.get('job')!r} of {request.get('size')}")
@@ -225,19 +256,18 @@ class StoreServer:
         if not isinstance(rank, int) or not 0 <= rank < self.size:
             return dict(error=f"rank {rank!r} is not a rank of a job of {self.size}")
         op, key = request["op"], str(request["key"])
-        with self.cond:
-            if self.holders.setdefault(rank, token) != token:
-                return dict(error=f"another process already joined job {self.job!r} as "
-                                  f"rank {rank}: two jobs on one port? Give each job its "
-                                  "own MASTER_PORT or PYDFCCL_JOB_ID")
-            if op == "set":
-                self.data[key] = request["value"]
-                self.cond.notify_all()
-                return dict(found=True)
-            if op == "get":
-                wait = min(float(request.get("timeout", 0)), JOIN_TIMEOUT)
-                found = self.cond.wait_for(lambda: key in self.data, timeout=wait)
-                return dict(found=found, value=self.data.get(key))
+        if self.holders.setdefault(rank, token) != token:
+            return dict(error=f"another process already joined job {self.job!r} as "
+                              f"rank {rank}: two jobs on one port? Give each job its "
+                              "own MASTER_PORT or PYDFCCL_JOB_ID")
+        if op == "set":
+            self.data[key] = request["value"]
+            self.cond.notify_all()
+            return dict(found=True)
+        if op == "get":
+            wait = min(float(request.get("timeout", 0)), JOIN_TIMEOUT)
+            found = self.cond.wait_for(lambda: key in self.data, timeout=wait)
+            return dict(found=found, value=self.data.get(key))
         return dict(error=f"unknown store operation {op!r}")
 
 
@@ -349,6 +379,7 @@ class StoreGroup:
         if self.rank == 0:
             for r in range(self.size):
                 self.get(f"{key}/read/{r}", r)
+            self._server.wait_for_replies()     # the last "read" set's reply included
             if self._round == 1 and self._path is not None:
                 _remove(self._path)        # every rank has the secret now
         return values

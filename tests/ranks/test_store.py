@@ -299,3 +299,36 @@ def test_free_ports_are_outside_the_range_of_outgoing_connections():
     port = ports.pop()
     with socket.socket() as s:
         s.bind(("127.0.0.1", port))            # still free
+
+
+def test_rank_zero_waits_for_the_replies_the_store_owes():
+    """Rank 0's last allgather returns only once the store has sent every reply it decided:
+    a rank whose "read" mark was stored (waking rank 0) but whose reply was still on its
+    way found rank 0 gone and retried against a closed port until its join timeout. A
+    ``get`` that waits for its key owes nothing while it waits."""
+    from pydfccl.bootstrap.store import StoreServer
+
+    server = StoreServer(("127.0.0.1", 0), "job", 2, b"secret")
+    try:
+        ask = dict(job="job", size=2, rank=1, token="t")
+        assert server._handle(dict(ask, op="set", key="1/read/1", value=True)) == \
+            dict(found=True)
+        waiter = threading.Thread(target=server.wait_for_replies, args=(60,))
+        waiter.start()
+        waiter.join(0.3)
+        assert waiter.is_alive()          # the reply is decided, not sent
+        server._paid()                    # what _serve does once it is sent
+        waiter.join(30)
+        assert not waiter.is_alive() and server.owed == 0
+
+        got = []
+        getter = threading.Thread(target=lambda: got.append(
+            server._handle(dict(ask, op="get", key="late", timeout=30))))
+        getter.start()
+        getter.join(0.3)
+        assert getter.is_alive() and server.owed == 0    # waiting: owes nothing yet
+        server._handle(dict(ask, op="set", key="late", value=5))
+        getter.join(30)
+        assert got == [dict(found=True, value=5)] and server.owed == 2
+    finally:
+        server.close()

@@ -10,10 +10,18 @@ second, where compiling the whole daemon to PTX takes minutes. The simulator run
 functions as plain Python, so a communicator on the simulator calls this check first
 (:func:`pydfccl.host.daemons.daemon_for`): a policy that cannot compile fails there at
 once, as it would on a GPU.
+
+That second was paid by every simulated rank process, each a fresh interpreter. A function
+that passed leaves a mark in the kernel cache directory, named by a hash of what the check
+depends on (its source, the numbers it reads, its role, Numba's version), and a later
+process skips the compile. Only functions whose result the hash decides are marked: no
+closure, and every global they read a number (a function they call could change unseen).
 """
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 import linecache
 import re
 from functools import lru_cache
@@ -73,10 +81,46 @@ def _reason(message: str) -> str:
     return message.strip().splitlines()[0] if message.strip() else "does not compile"
 
 
+def _passed_mark(fn, role: str):
+    """The path of the mark that ``fn`` passed in ``role``, or None where the hash of its
+    text cannot decide the check's result."""
+    import numba
+
+    from .cache_place import cache_dir
+
+    code = getattr(fn, "__code__", None)
+    if code is None or getattr(fn, "__closure__", None):
+        return None
+    reads = {name: fn.__globals__[name] for name in code.co_names if name in fn.__globals__}
+    if any(not isinstance(v, (bool, int, float)) for v in reads.values()):
+        return None
+    try:
+        source = inspect.getsource(fn)
+    except (OSError, TypeError):
+        return None
+    text = "\n".join([role, numba.__version__, source, repr(sorted(reads.items())),
+                      repr(getattr(fn, "__defaults__", None))])
+    return cache_dir() / f"policy-check-{hashlib.sha256(text.encode()).hexdigest()[:32]}.ok"
+
+
 @lru_cache(maxsize=256)
 def check_function(fn, role: str) -> None:
     """Compile ``fn`` (a policy's bound function in role ``role``) as the device would;
-    PolicyTypeError when it cannot be or returns something other than an integer."""
+    PolicyTypeError when it cannot be or returns something other than an integer. A pass
+    is marked on disk (``_passed_mark``) and not compiled again."""
+    mark = _passed_mark(fn, role)
+    if mark is not None and mark.exists():
+        return
+    _compile_check(fn, role)
+    if mark is not None:
+        try:
+            mark.parent.mkdir(parents=True, exist_ok=True)
+            mark.touch()
+        except OSError:
+            pass          # a read-only cache: the check runs again next time
+
+
+def _compile_check(fn, role: str) -> None:
     import numba
     from numba import types
     from numba.core.errors import NumbaError

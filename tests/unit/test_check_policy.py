@@ -83,6 +83,34 @@ def test_a_lambda_policy_is_checked_too():
         check_policy_types(policy)
 
 
+def test_a_passed_check_is_marked_and_not_compiled_again(plugins, tmp_path, monkeypatch):
+    """A function that passed leaves a mark in the kernel cache; another process (here: the
+    check without its in-process memo) finds it and compiles nothing. What fails, and what
+    reads a global that is not a number, is never marked."""
+    from pydfccl.kernels import policy_types
+
+    monkeypatch.setenv("PYDFCCL_CACHE_DIR", str(tmp_path / "cache"))
+    fine = get_policy("badpolicies:fine").functions[0]
+    mark = policy_types._passed_mark(fine, "threshold_on_load")
+    assert mark is not None and not mark.exists()
+    policy_types.check_function.__wrapped__(fine, "threshold_on_load")
+    assert mark.exists()
+
+    def no_compile(fn, role):
+        raise AssertionError("compiled although marked")
+
+    with monkeypatch.context() as m:
+        m.setattr(policy_types, "_compile_check", no_compile)
+        policy_types.check_function.__wrapped__(fine, "threshold_on_load")
+
+    with_dict = get_policy("badpolicies:with_dict").functions[0]
+    with pytest.raises(PolicyTypeError):
+        policy_types.check_function.__wrapped__(with_dict, "threshold_on_load")
+    assert not policy_types._passed_mark(with_dict, "threshold_on_load").exists()
+    with_global = get_policy("badpolicies:with_global").functions[0]
+    assert policy_types._passed_mark(with_global, "threshold_on_load") is None
+
+
 def _check(env, cwd, *args):
     before = os.times()
     started = time.perf_counter()

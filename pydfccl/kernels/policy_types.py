@@ -13,9 +13,10 @@ once, as it would on a GPU.
 
 That second was paid by every simulated rank process, each a fresh interpreter. A function
 that passed leaves a mark in the kernel cache directory, named by a hash of what the check
-depends on (its source, the numbers it reads, its role, Numba's version), and a later
-process skips the compile. Only functions whose result the hash decides are marked: no
-closure, and every global they read a number (a function they call could change unseen).
+depends on (its source, the numbers it reads, its role and that role's arguments, this
+module's code, Numba's version), and a later process skips the compile. Only functions
+whose result the hash decides are marked: no closure, and every global they read a number
+(a function they call could change unseen).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import inspect
 import linecache
 import re
 from functools import lru_cache
+from pathlib import Path
 
 from ..sched.signatures import ARGS
 
@@ -36,6 +38,8 @@ __all__ = ["PolicyTypeError", "DEVICE_SIGNATURES", "check_policy_types", "check_
 # (now_ns() - ...) are int64 words. The names and their order: sched.signatures.ARGS.
 _ARGS = ARGS
 DEVICE_SIGNATURES = {name: len(args) for name, args in _ARGS.items()}
+# this module's code, part of a pass mark's hash: a changed check marks afresh
+_CHECKER = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
 
 
 class PolicyTypeError(ValueError):
@@ -98,8 +102,8 @@ def _passed_mark(fn, role: str):
         source = inspect.getsource(fn)
     except (OSError, TypeError):
         return None
-    text = "\n".join([role, numba.__version__, source, repr(sorted(reads.items())),
-                      repr(getattr(fn, "__defaults__", None))])
+    text = "\n".join([role, repr(_ARGS[role]), _CHECKER, numba.__version__, source,
+                      repr(sorted(reads.items())), repr(getattr(fn, "__defaults__", None))])
     return cache_dir() / f"policy-check-{hashlib.sha256(text.encode()).hexdigest()[:32]}.ok"
 
 

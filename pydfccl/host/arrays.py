@@ -75,6 +75,8 @@ class Array:
     def _raw_view(self, key) -> tuple:
         """(raw view of ``key`` with every int index taken as a length-1 slice, the
         index that drops those axes again from a host copy of it)."""
+        if key is Ellipsis or (self.ndim and isinstance(key, slice) and key == slice(None)):
+            return self._raw, (slice(None),) * self.ndim   # x[...], x[:]: no view to make
         if not isinstance(key, tuple):
             key = (key,)
         if sum(k is Ellipsis for k in key) > 1:

@@ -13,7 +13,7 @@ from numba.cuda.cudadrv.devicearray import DeviceNDArray
 from ..protocol.codes import storage_dtype
 from . import driver, streams
 from .base import Backend
-from .storage import NumbaStorage, flat_bytes, host_bytes
+from .storage import NumbaStorage, host_bytes
 
 __all__ = ["GpuBackend", "GpuDeviceBuffer", "GpuHostBuffer"]
 
@@ -22,6 +22,12 @@ def _address_of(array) -> int:
     if isinstance(array, np.ndarray) and not hasattr(array, "__cuda_array_interface__"):
         return int(array.ctypes.data)
     return int(array.__cuda_array_interface__["data"][0])
+
+
+def _numba_address(dev) -> int:
+    """A Numba device array's address, without building its ``__cuda_array_interface__``
+    (a dictionary and a contiguity walk, for every copy)."""
+    return int(dev.device_ctypes_pointer.value or 0)
 
 
 class GpuDeviceBuffer:
@@ -41,7 +47,8 @@ class GpuDeviceBuffer:
         default stream would wait for whatever the application queued there, which may
         itself be waiting for a collective (a collective prepared while others run)."""
         raw = host_bytes(data)
-        streams.host_to_device(self._dev[offset:offset + raw.size], raw)
+        self._check_span(offset, raw.size)
+        streams.host_to_device(self.addr + offset, raw)
 
     def zero_rows(self, regions, write=None) -> None:
         """Zero each ``(offset, pitch, width, rows)`` region, then copy ``write`` (``(offset,
@@ -54,7 +61,13 @@ class GpuDeviceBuffer:
     def read(self, offset: int, nbytes: int) -> np.ndarray:
         """Copy bytes out (the trace drain reads the event rings with this), through pinned
         memory on pydfccl's copy streams."""
-        return streams.device_to_host(self._dev[offset:offset + nbytes])
+        self._check_span(offset, nbytes)
+        return streams.device_to_host(self.addr + offset, nbytes)
+
+    def _check_span(self, offset: int, nbytes: int) -> None:
+        if offset < 0 or nbytes < 0 or offset + nbytes > self.nbytes:
+            raise ValueError(f"bytes {offset}..{offset + nbytes} of a buffer of "
+                             f"{self.nbytes}")
 
 
 class GpuHostBuffer:
@@ -87,7 +100,7 @@ class GpuBackend(Backend):
     DeviceBuffer = GpuDeviceBuffer
     HostBuffer = GpuHostBuffer
     # pydfccl arrays: copies and fills on pydfccl's copy streams, waited for
-    array_storage = NumbaStorage(cuda.device_array, streams.host_to_device,
+    array_storage = NumbaStorage(cuda.device_array, _numba_address, streams.host_to_device,
                                  streams.device_to_host, streams.memset_words)
     new_stream = staticmethod(streams.new_stream)
     destroy_stream = staticmethod(streams.destroy_stream)
@@ -160,8 +173,8 @@ class GpuBackend(Backend):
     def _copy_out(self, dev) -> np.ndarray:
         """On pydfccl's copy streams, not ordered with the application's streams."""
         if dev.is_c_contiguous():
-            return streams.device_to_host(flat_bytes(dev)).view(dev.dtype).reshape(
-                dev.shape)
+            return streams.device_to_host(_numba_address(dev), dev.size * dev.dtype.itemsize
+                                          ).view(dev.dtype).reshape(dev.shape)
         return dev.copy_to_host()
 
     def _copy_to_device(self, dst, values: np.ndarray) -> None:
@@ -174,7 +187,9 @@ class GpuBackend(Backend):
         if dev.shape != values.shape or dev.dtype != values.dtype:
             raise ValueError(f"copy_in: {values.dtype} values of shape {values.shape} into a "
                              f"{dev.dtype} buffer of shape {dev.shape}")
-        streams.host_to_device(flat_bytes(dev), host_bytes(values))
+        if not dev.is_c_contiguous():
+            raise ValueError("copy_in: the buffer is not C-contiguous")
+        streams.host_to_device(_numba_address(dev), host_bytes(values))
 
     def configure_launch(self, kernel, nblocks: int, nthreads: int, stream):
         """``kernel`` configured once for its grid and ``stream``, for ``launch`` and

@@ -51,6 +51,17 @@ _idle: dict = {}                 # device -> stagings that no copy uses now
 _idle_lock = threading.Lock()
 
 
+def _current_device() -> int:
+    """The calling thread's device: one driver call where the thread has a context (every
+    copy of a rank thread), Numba's lookup (which makes the context current) otherwise."""
+    from cuda.bindings import driver
+
+    err, device = driver.cuCtxGetDevice()
+    if int(err) == 0:
+        return int(device)
+    return cuda.get_current_device().id
+
+
 @contextlib.contextmanager
 def _staging():
     """A pinned buffer and a stream of the current device, for one copy at a time: a copy
@@ -58,7 +69,7 @@ def _staging():
     read their buffers at once; a network proxy writes received slots while its rank
     fills), and a wait on the stream waits for this copy alone. The process keeps as many
     as it ever made copies at once."""
-    device = cuda.get_current_device().id
+    device = _current_device()
     with _idle_lock:
         idle = _idle.setdefault(device, [])
         staging = idle.pop() if idle else None
@@ -71,21 +82,13 @@ def _staging():
             _idle[device].append(staging)
 
 
-def _device_span(dev_bytes, nbytes: int) -> int:
-    """The device address of the flat uint8 device array ``dev_bytes``, which a copy of
-    ``nbytes`` fills exactly."""
-    if dev_bytes.size != nbytes:
-        raise ValueError(f"a copy of {nbytes} bytes into or out of {dev_bytes.size} bytes")
-    return int(dev_bytes.__cuda_array_interface__["data"][0])
-
-
-def host_to_device(dev_bytes, raw: np.ndarray) -> None:
-    """Copy the flat uint8 ``raw`` into the flat uint8 device array ``dev_bytes`` and wait.
-    Driver calls on the address, not Numba's slicing and copy methods: those cost a rank
-    thread a few hundred microseconds of Python (and the GIL) a copy."""
+def host_to_device(addr: int, raw: np.ndarray) -> None:
+    """Copy the flat uint8 ``raw`` to the device address ``addr`` and wait. The caller
+    passes an address rather than a Numba array: each Numba view or slice made for a copy
+    costs tens of microseconds of Python under the GIL, which ranks that are threads of one
+    process take in turns."""
     from cuda.bindings import driver
 
-    addr = _device_span(dev_bytes, raw.size)
     with _staging() as (pinned, stream):
         handle = stream._pydfccl_handle
         for start in range(0, raw.size, STAGING_BYTES):
@@ -96,16 +99,15 @@ def host_to_device(dev_bytes, raw: np.ndarray) -> None:
             driver_result(driver.cuStreamSynchronize(handle), "cuStreamSynchronize")
 
 
-def device_to_host(dev_bytes) -> np.ndarray:
-    """A host copy of the flat uint8 device array ``dev_bytes``."""
+def device_to_host(addr: int, nbytes: int) -> np.ndarray:
+    """A host copy (flat uint8) of ``nbytes`` at the device address ``addr``."""
     from cuda.bindings import driver
 
-    out = np.empty(dev_bytes.size, np.uint8)
-    addr = _device_span(dev_bytes, out.size)
+    out = np.empty(nbytes, np.uint8)
     with _staging() as (pinned, stream):
         handle = stream._pydfccl_handle
-        for start in range(0, out.size, STAGING_BYTES):
-            n = min(STAGING_BYTES, out.size - start)
+        for start in range(0, nbytes, STAGING_BYTES):
+            n = min(STAGING_BYTES, nbytes - start)
             driver_result(driver.cuMemcpyDtoHAsync(pinned.ctypes.data, addr + start, n,
                                                    handle), "cuMemcpyDtoHAsync")
             driver_result(driver.cuStreamSynchronize(handle), "cuStreamSynchronize")
@@ -147,17 +149,16 @@ def zero_rows(addr: int, regions, write=None) -> None:
         stream.synchronize()
 
 
-def memset_words(dev_bytes, pattern: int, itemsize: int) -> None:
-    """Set every ``itemsize``-byte word (1, 2 or 4) of the flat uint8 device array
-    ``dev_bytes`` to ``pattern``, on a staging stream, and wait."""
+def memset_words(addr: int, nbytes: int, pattern: int, itemsize: int) -> None:
+    """Set every ``itemsize``-byte word (1, 2 or 4) of the ``nbytes`` at the device address
+    ``addr`` to ``pattern``, on a staging stream, and wait."""
     from cuda.bindings import driver
 
     setter = {1: driver.cuMemsetD8Async, 2: driver.cuMemsetD16Async,
               4: driver.cuMemsetD32Async}[itemsize]
-    addr = int(dev_bytes.__cuda_array_interface__["data"][0])
     with _staging() as (_, stream):
-        driver_result(setter(addr, pattern, dev_bytes.size // itemsize,
-                             stream._pydfccl_handle), f"cuMemsetD{8 * itemsize}Async")
+        driver_result(setter(addr, pattern, nbytes // itemsize, stream._pydfccl_handle),
+                      f"cuMemsetD{8 * itemsize}Async")
         stream.synchronize()
 
 

@@ -117,6 +117,9 @@ def test_copies_of_threads_do_not_wait_for_each_other():
 
     from pydfccl.platform import streams
 
+    def address(dev):
+        return int(dev.__cuda_array_interface__["data"][0])
+
     dev = cuda.device_array(1 << 16, np.uint8)
     busy, release, done = threading.Event(), threading.Event(), threading.Event()
 
@@ -130,10 +133,10 @@ def test_copies_of_threads_do_not_wait_for_each_other():
     try:
         assert busy.wait(60)
         copier = threading.Thread(target=lambda: (streams.host_to_device(
-            dev, np.full(dev.size, 7, np.uint8)), done.set()))
+            address(dev), np.full(dev.size, 7, np.uint8)), done.set()))
         copier.start()
         assert done.wait(60), "a copy waited for another thread's"
-        assert (streams.device_to_host(dev) == 7).all()
+        assert (streams.device_to_host(address(dev), dev.size) == 7).all()
     finally:
         release.set()
         holder.join()
@@ -143,8 +146,9 @@ def test_copies_of_threads_do_not_wait_for_each_other():
 
     def round_trip(i):
         for round_ in range(5):
-            streams.host_to_device(arrays[i], np.full(arrays[i].size, i + round_, np.uint8))
-            host = streams.device_to_host(arrays[i])
+            streams.host_to_device(address(arrays[i]),
+                                   np.full(arrays[i].size, i + round_, np.uint8))
+            host = streams.device_to_host(address(arrays[i]), arrays[i].size)
             seen[i] = bool((host == i + round_).all()) and (seen[i] is not False)
 
     threads = [threading.Thread(target=round_trip, args=(i,)) for i in range(8)]

@@ -1,8 +1,10 @@
 """``pydfccl.Array``: numpy's idioms on both backends. Every test runs against the
 simulator's storage (numpy) and against the GPU's (``NumbaStorage``) over the Numba
 simulator's device arrays (``FakeCUDAArray``, which slice, reshape and copy as Numba's do),
-with copies and memsets made as the GPU's are (flat bytes, waited for), so that the GPU's
+with copies and memsets made as the GPU's are (bytes at an address), so that the GPU's
 logic (views, byte copies, bfloat16 bits, memset patterns) is exercised here too."""
+
+import ctypes
 
 import numpy as np
 import pytest
@@ -15,19 +17,27 @@ from pydfccl.platform.storage import HostStorage, NumbaStorage
 from pydfccl.protocol.codes import BFLOAT16
 
 
-class Memsets(list):
-    """The GPU's memset, done on a simulated device array and recorded."""
+def device_bytes(addr, nbytes):
+    """The simulated device memory at ``addr`` (a host address) as a flat uint8 array."""
+    return np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(addr))
 
-    def __call__(self, dev_bytes, pattern, itemsize):
+
+class Memsets(list):
+    """The GPU's memset, done on simulated device memory by address, and recorded."""
+
+    def __call__(self, addr, nbytes, pattern, itemsize):
         self.append((pattern, itemsize))
-        words = np.full(dev_bytes.size // itemsize, pattern, f"u{itemsize}")
-        dev_bytes.copy_to_device(words.view(np.uint8))
+        device_bytes(addr, nbytes).view(f"u{itemsize}")[:] = pattern
 
 
 def gpu_like_storage(memsets=None):
+    """Copies by address, as the GPU's go: a view's copy lands at its own offset."""
+    def to_device(addr, raw):
+        device_bytes(addr, raw.size)[:] = raw
+
     return NumbaStorage(lambda shape, dtype: FakeCUDAArray(np.empty(shape, dtype)),
-                        lambda dev, raw: dev.copy_to_device(raw),
-                        lambda dev: dev.copy_to_host(), memsets)
+                        lambda dev: dev.ctypes.data, to_device,
+                        lambda addr, nbytes: device_bytes(addr, nbytes).copy(), memsets)
 
 
 @pytest.fixture(params=["host", "numba"])

@@ -27,6 +27,10 @@ def _parser() -> argparse.ArgumentParser:
                         f"{MAX_THREADS}, the GPU default)")
     p.add_argument("--cc", default="9.0",
                    help="the GPU's compute capability, MAJOR.MINOR (default: 9.0, H100/H200)")
+    p.add_argument("--ship", action="store_true",
+                   help="also write the cubins into the package's kernels/shipped/, which "
+                        "every install then loads without compiling (for the package's "
+                        "own default daemons, after a change to the kernels)")
     return p
 
 
@@ -65,4 +69,16 @@ def main(argv: list[str]) -> int:
             print(f"  {built.policy:<10} nthreads {built.nthreads:<4} registers "
                   f"{built.registers:<4} cubin {built.cubin_bytes:>8} bytes  "
                   f"{built.seconds:6.1f} s", flush=True)
+            if args.ship:
+                _ship(built, cc)
     return 0
+
+
+def _ship(built, cc: tuple[int, int]) -> None:
+    from ..kernels.shipped import SHIPPED_DIR, ShippedDaemon, ship
+
+    daemon = ShippedDaemon(built.policy, built.nthreads, built.registers, cc, built.key,
+                           built.entry, built.nargs,
+                           f"{built.policy}-t{built.nthreads}-sm{cc[0]}{cc[1]}.cubin")
+    ship(daemon, built.image)
+    print(f"    shipped as {SHIPPED_DIR / daemon.file}", flush=True)

@@ -19,32 +19,41 @@ _daemons_lock = threading.Lock()
 def daemon_for(policy, nthreads: int):
     """The compiled daemon of ``policy`` for blocks of ``nthreads`` (one per policy and
     register cap in a process, made when the first communicator that needs it starts).
-    Logged at INFO: whether it came from the kernel cache or was compiled, and how long
-    that took."""
+    Logged at INFO: where it came from (shipped with the package, the kernel cache, a
+    compile) and how long that took."""
     from ..kernels.compiler import register_cap
-    from ..kernels.daemon import compile_now, make_daemon
-    from ..platform import backend
-    from ..kernels.policy_types import check_policy_types
 
     key = (policy.name, policy.functions, register_cap(nthreads))
     with _daemons_lock:
         if key not in _daemons:
-            if backend.kernels_on_host:
-                # the simulator runs the functions as Python: refuse, as the GPU's
-                # compiler would, what the device cannot compile (PolicyTypeError)
-                check_policy_types(policy)
             started = time.perf_counter()
-            kernel = make_daemon(policy, nthreads)
-            compile_now(kernel)
-            _daemons[key] = kernel
-            if not hasattr(kernel, "_cache_hits"):
-                how = "made (the simulator compiles nothing)"
-            else:
-                how = ("loaded from the kernel cache" if sum(kernel._cache_hits.values())
-                       else "compiled")
+            _daemons[key], how = _made(policy, nthreads, key[2])
             logger.info("daemon %s for %d threads (%d registers): %s in %.2f s", policy.name,
                         nthreads, key[2], how, time.perf_counter() - started)
         return _daemons[key]
+
+
+def _made(policy, nthreads: int, registers: int) -> tuple:
+    """(the daemon, how it was made): on a GPU the shipped cubin where one matches, else
+    Numba's kernel, loaded from the kernel cache or compiled."""
+    from ..kernels.daemon import compile_now, make_daemon
+    from ..kernels.policy_types import check_policy_types
+    from ..platform import backend
+
+    if backend.kernels_on_host:
+        # the simulator runs the functions as Python: refuse, as the GPU's compiler would,
+        # what the device cannot compile (PolicyTypeError)
+        check_policy_types(policy)
+        kernel = make_daemon(policy, nthreads)
+        compile_now(kernel)
+        return kernel, "made (the simulator compiles nothing)"
+    kernel = backend.shipped_daemon(policy, registers)
+    if kernel is not None:
+        return kernel, "loaded from the daemons shipped with pydfccl"
+    kernel = make_daemon(policy, nthreads)
+    compile_now(kernel)
+    cached = sum(getattr(kernel, "_cache_hits", {}).values())
+    return kernel, "loaded from the kernel cache" if cached else "compiled"
 
 
 def launch_args(world, rank: int) -> tuple:

@@ -51,6 +51,10 @@ class BuiltDaemon:
     seconds: float
     index_path: str
     cubin_bytes: int
+    image: bytes = b""      # the linked cubin
+    entry: str = ""         # the kernel's name in it
+    key: str = ""           # compiler.cache_key of what it was built from
+    nargs: int = 0
 
 
 def build_daemon(policy_name: str, nthreads: int, cc: tuple[int, int] = (9, 0)) -> BuiltDaemon:
@@ -61,20 +65,23 @@ def build_daemon(policy_name: str, nthreads: int, cc: tuple[int, int] = (9, 0)) 
     from numba.cuda.dispatcher import _Kernel
 
     from ..sched.policies import get_policy
-    from .compiler import register_cap
+    from .compiler import cache_key, register_cap
     from .daemon import DAEMON_SIGNATURE, make_daemon
     from .memory import SIMULATOR
 
     if SIMULATOR:
         raise RuntimeError("build_daemon compiles for a GPU: set NUMBA_ENABLE_CUDASIM=0")
     start = time.perf_counter()
-    dispatcher = make_daemon(get_policy(policy_name), nthreads)
+    policy = get_policy(policy_name)
+    dispatcher = make_daemon(policy, nthreads)
     argtypes, _ = sigutils.normalize_signature(DAEMON_SIGNATURE)
     with offline_device(cc) as arch:
         kernel = _Kernel(dispatcher.py_func, argtypes, **dispatcher.targetoptions)
         cubin = kernel._codelibrary.get_cubin(cc=arch)
         dispatcher._cache.save_overload(DAEMON_SIGNATURE, kernel)
     cache = dispatcher._cache
+    image = bytes(getattr(cubin, "code", cubin))
     return BuiltDaemon(policy_name, nthreads, register_cap(nthreads),
                        time.perf_counter() - start, cache._cache_file._index_path,
-                       len(bytes(getattr(cubin, "code", cubin))))
+                       len(image), image, kernel.entry_name,
+                       cache_key(policy, register_cap(nthreads)), len(argtypes))

@@ -40,7 +40,7 @@ _PACKAGE = Path(__file__).resolve().parent.parent
 # The files whose text becomes the daemon's machine code (the kernels and the constants
 # they import).
 # The host-side modules of the package that only compile, cache or inspect are left out.
-_HOST_ONLY = {"ahead.py", "cache_place.py", "kernel_cache.py", "ptx.py"}
+_HOST_ONLY = {"ahead.py", "cache_place.py", "kernel_cache.py", "ptx.py", "shipped.py"}
 _SOURCES = sorted(p for p in _PACKAGE.glob("kernels/*.py") if p.name not in _HOST_ONLY) + [
     _PACKAGE / "protocol" / "layout.py", _PACKAGE / "protocol" / "codes.py",
     _PACKAGE / "sched" / "policies.py"]

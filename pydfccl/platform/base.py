@@ -84,6 +84,11 @@ class Backend:
     deferred_frees = staticmethod(deferred_frees)
     precise_sleeps = staticmethod(precise_sleeps)
 
+    def shipped_daemon(self, policy, registers: int):
+        """The daemon of ``policy`` with ``registers`` a thread as shipped with the package,
+        ready to launch, or None: compile it (``kernels.shipped``)."""
+        return None
+
     def policy_params(self, policy) -> np.ndarray:
         """The parameters the daemon reads for ``policy`` on this backend (budgets suit the
         speed of its steps)."""

@@ -10,6 +10,7 @@ import numpy as np
 from numba import cuda
 from numba.cuda.cudadrv.devicearray import DeviceNDArray
 
+from ..log import logger
 from ..protocol.codes import storage_dtype
 from . import driver, streams
 from .base import Backend
@@ -191,6 +192,27 @@ class GpuBackend(Backend):
             raise ValueError("copy_in: the buffer is not C-contiguous")
         streams.host_to_device(_numba_address(dev), host_bytes(values))
 
+    def shipped_daemon(self, policy, registers: int):
+        """The shipped cubin for this GPU's compute capability, loaded; None where there is
+        none for it or the driver refuses it (then the daemon is compiled)."""
+        from ..kernels.shipped import find_shipped
+        from .cubin import CubinKernel
+
+        cuda.current_context()
+        cc = (driver.device_attribute("COMPUTE_CAPABILITY_MAJOR"),
+              driver.device_attribute("COMPUTE_CAPABILITY_MINOR"))
+        found = find_shipped(policy, registers, cc)
+        if found is None:
+            return None
+        kernel = CubinKernel(found.image(), found.entry, found.nargs, f"{policy.name}'s daemon")
+        try:
+            kernel.load()
+        except RuntimeError as exc:
+            logger.info("the shipped daemon %s was not loaded (%s): compiling it", found.file,
+                        exc)
+            return None
+        return kernel
+
     def configure_launch(self, kernel, nblocks: int, nthreads: int, stream):
         """``kernel`` configured once for its grid and ``stream``, for ``launch`` and
         ``launch_ahead``. Configured at every launch instead, Numba wraps the stream in a
@@ -198,6 +220,10 @@ class GpuBackend(Backend):
         (19 to 36 us a call, and the classes pile up)."""
         from cuda.core import Stream as CoreStream
 
+        from .cubin import CubinKernel
+
+        if isinstance(kernel, CubinKernel):
+            return kernel.configure(nblocks, nthreads, int(stream.handle))
         return kernel[nblocks, nthreads, CoreStream.from_handle(int(stream.handle))]
 
     def launch(self, configured, args) -> None:

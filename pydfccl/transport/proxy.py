@@ -14,7 +14,12 @@ user's MPI traffic cannot match it); each peer has one ``Irecv`` posted at a tim
 keeps a pair's messages in order.
 
 Beside the connectors it sends its rank's control row every ``rows.ROW_PERIOD`` seconds,
-the abort report once the world has one, and a goodbye when its communicator closes.
+the abort report once the world has one, and a goodbye when its communicator closes. The
+first row that shows the rank started (a heartbeat) goes to a peer before any slot or head
+does: MPI keeps a pair's messages in order, so a peer that received this rank's data has
+heard it is alive, and a rank that stops right after its first collective, inside the
+row period, is still named by the ranks of other nodes rather than taken for one that
+never started.
 
 A slot's bytes in a shadow are intact until the proxy has sent them: the daemon writes slot
 k + nslots only after the receiver's head said slot k was consumed, which it can only be
@@ -80,6 +85,8 @@ class NetProxy:
         self._recvs = {}
         self._sends: list = []          # (request, buffer) until the send completes
         self._rows_out: dict = {}       # peer -> the request of the last row sent to it
+        self._told_started: set[int] = set()     # peers sent a row with a live heartbeat
+        self._heartbeat = world.ctl["heartbeat"][rank:rank + 1]
         self._one_shot: dict[int, bool] = {}     # connector set -> one-shot all_reduce?
         self._gone: set[int] = set()             # peers that said goodbye
         self._abort_sent = False
@@ -183,6 +190,9 @@ class NetProxy:
         for p in self.peers:
             tails, heads = self._tails[p], self._heads[p]
             sent_tails, sent_heads = self._sent[p]
+            if p not in self._told_started and not (np.array_equal(tails, sent_tails)
+                                                     and np.array_equal(heads, sent_heads)):
+                self._tell_started(p)
             for conn, lane in np.argwhere(tails != sent_tails):
                 now, was = int(tails[conn, lane]), int(sent_tails[conn, lane])
                 for value in range(was + 1, now + 1):
@@ -230,11 +240,21 @@ class NetProxy:
         live ranks of its node and named them instead. A newer row replaces an unsent one
         anyway. ``last_one``: the row at close goes to every peer (its heartbeat says the
         rank closed on purpose, ``liveness.closed_peers``)."""
+        started = self._heartbeat[0] > 0
         payload = row_bytes(self.world, self.rank)
         for p in self.peers:
             last = self._rows_out.get(p)
             if last_one or last is None or last.Test():
                 self._rows_out[p] = self._send(p, ROW, (), payload)
+                if started:
+                    self._told_started.add(p)
+
+    def _tell_started(self, peer: int) -> None:
+        """This rank's row to ``peer`` ahead of its data, once the row says it started
+        (read after the shadows moved, so a collective's data finds it set)."""
+        if self._heartbeat[0] > 0:
+            self._rows_out[peer] = self._send(peer, ROW, (), row_bytes(self.world, self.rank))
+            self._told_started.add(peer)
 
     def _forward_abort(self) -> None:
         if self._abort_sent or not self.world.report[0]:

@@ -244,6 +244,31 @@ def test_rows_to_a_peer_that_takes_none_do_not_pile_up(ranks):
     assert len(stopped) == 2 and proxies[1]._receive() == 1
 
 
+def test_a_started_ranks_row_goes_before_its_first_data(ranks):
+    """A rank stopped right after its first collective, inside the row period and with
+    its row from before it started still in flight, was taken by the other nodes for
+    one that never started and never named. Its first slot to a peer now follows a row
+    that says it started, at once, on the same in-order path; later data adds none."""
+    cfg, worlds, proxies = ranks
+    proxy = proxies[0]
+    posted = proxy.comm.Isend
+    proxy.comm.Isend = lambda spec, dest, tag: (posted(spec, dest, tag),
+                                                 _Request(lambda status=None: False))[1]
+    proxy._send_row()                                       # before start: heartbeat 0
+    worlds[0].ctl[0:1]["heartbeat"], worlds[0].ctl[0:1]["pid"] = time.monotonic_ns(), 4321
+    base = _conn(cfg, 3)
+    _word(worlds[0].pools[1], base + L.CONN_TAIL, 1)        # the first slot to rank 1
+    assert proxy._forward() == 1
+    assert proxy.stats["sent_row"] == 3                     # 2 before start, 1 to rank 1
+    assert proxies[1]._receive() == 3               # the old row, the new one, the slot
+    replica = worlds[1].ctl[0]
+    assert replica["pid"] == 4321 and replica["heartbeat"] > 0
+    assert _word(worlds[1].pools[1], base + L.CONN_TAIL) == 1
+    _word(worlds[0].pools[1], base + L.CONN_TAIL, 2)
+    assert proxy._forward() == 1 and proxy.stats["sent_row"] == 3
+    assert proxy.stats["sent_slot"] == 2
+
+
 def test_the_proxy_times_its_writes_and_the_messages_transit(ranks):
     """Each received slot's copy into the pool and each slot's or head's time from the
     sender's proxy to the receiver's are kept until taken; the table pools every rank's by

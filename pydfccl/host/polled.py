@@ -101,13 +101,15 @@ class PolledRank:
             state.fail(PydfcclError(f"rank {self.rank}: completion poller failed: {exc!r}"))
         return False
 
-    def drain_trace(self) -> None:
-        """Copy new event-log records in (the poller's trace thread calls it)."""
+    def drain_trace(self) -> int:
+        """Copy new event-log records in (the poller's trace thread calls it); the most
+        a block had (0 if none were read)."""
         if not self._state.started:   # closing: its pool may be going away
-            return
+            return 0
         try:
-            self._tracer.drain()
+            return self._tracer.drain()
         except Exception as exc:     # a failed copy loses events, never a collective
             if self._state.started:
                 logger.warning("rank %d: reading the daemon's event log failed: %r",
                                self.rank, exc)
+            return 0

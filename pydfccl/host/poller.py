@@ -31,6 +31,7 @@ import numpy as np
 from .. import platform
 from ..platform import backend
 from .hostspin import CALL_SECONDS, spins_per_call, wait_for_any_stamp
+from .trace import TRACE_DRAIN_SECONDS, next_drain_interval
 
 __all__ = ["poller"]
 
@@ -43,7 +44,6 @@ HELPED_RECENTLY = 1e-3
 SLEEP_WHEN_QUIET = 2e-6      # simulator: no spinning, short sleeps
 QUIET_LOOKS = 2000           # then 100 us between looks
 SPIN_ROUNDS = round(10e-3 / CALL_SECONDS)   # GPU: 10 ms of watching, then sleeps instead
-TRACE_DRAIN_SECONDS = 0.01   # before a busy block's event ring (4096 records) wraps
 
 
 def unhelped_comms(busy: list, now_s: float) -> list:
@@ -138,19 +138,23 @@ class Poller:
                 time.sleep(SLEEP_WHEN_QUIET if quiet < QUIET_LOOKS else 1e-4)
 
     def _drain_traces(self) -> None:
-        """Copy new event-log records from the device every few milliseconds, for every
-        communicator that submitted work since its last drain or still has work out."""
+        """Copy new event-log records from the device, for every communicator that
+        submitted work since its last drain or still has work out, as often as the
+        fullest ring asks (``trace.next_drain_interval``)."""
         platform.bind_thread()
         seen: dict = {}
+        interval = TRACE_DRAIN_SECONDS[0]
         while not self._stopping:
-            time.sleep(TRACE_DRAIN_SECONDS)
+            time.sleep(interval)
             with self._cond:
                 comms = [] if self._stopping else list(self._comms)
+            most = 0
             for c in comms:
                 if c.submitted != seen.get(id(c)) or c.needs_polling():
                     seen[id(c)] = c.submitted
-                    c.drain_trace()
+                    most = max(most, c.drain_trace())
             seen = {id(c): seen[id(c)] for c in comms if id(c) in seen}
+            interval = next_drain_interval(interval, most)
 
 
 poller = Poller()

@@ -12,7 +12,8 @@ import numpy as np
 from ..protocol import layout as L
 from .. import platform
 
-__all__ = ["TraceReader", "TRACE_KEEP", "HOST_TRACK", "MARK_SUBMITTING", "MARK_RUN",
+__all__ = ["TraceReader", "TRACE_KEEP", "TRACE_DRAIN_SECONDS", "next_drain_interval",
+           "HOST_TRACK", "MARK_SUBMITTING", "MARK_RUN",
            "MARK_RESULT", "host_mark", "clock_offset_ns", "on_daemon_clock", "primitive_name",
            "to_chrome", "plot_timeline"]
 
@@ -32,17 +33,34 @@ def primitive_name(flags: int) -> str:
 
 
 TRACE_KEEP = int(os.environ.get("PYDFCCL_TRACE_KEEP", "200000"))
+TRACE_DRAIN_SECONDS = (0.01, 0.2)   # the shortest and longest wait between two drains
+
+
+def next_drain_interval(interval: float, most_new: int) -> float:
+    """The wait before the next drain, after one that found at most ``most_new`` records in
+    a block's ring following a wait of ``interval``. Every drain is device copies that take
+    and give back the GIL, which ranks that are threads of one process wait for: a quarter
+    of the ring or more, the shortest wait; under an eighth, twice as long (the ring then
+    fills to a quarter at that rate), up to the longest. A burst faster than that can
+    still overwrite records before they are read; ``lost`` counts them."""
+    shortest, longest = TRACE_DRAIN_SECONDS
+    if 4 * most_new >= L.TRACE_CAP:
+        return shortest
+    if 8 * most_new < L.TRACE_CAP:
+        return min(2 * interval, longest)
+    return interval
 
 
 class TraceReader:
     """Reads new records from one rank's block logs, and keeps the latest ``keep`` of them.
 
-    A thread of the poller's drains the device rings every 10 ms while work goes on, so
-    that none wraps; what it reads stays as the raw 48-byte records, and only ``events()``
-    (``comm.trace()``) turns them into dicts. A communicator that runs for days would
-    otherwise hold every event it ever had: ``keep`` bounds that (PYDFCCL_TRACE_KEEP, about
-    10 MB by default), and ``lost`` counts records overwritten in a ring before they were
-    read, ``dropped`` the oldest ones let go on the host."""
+    A thread of the poller's drains the device rings while work goes on, every 10 ms to
+    200 ms as they fill (``next_drain_interval``), so that none wraps; what it reads stays
+    as the raw 48-byte records, and only ``events()`` (``comm.trace()``) turns them into
+    dicts. A communicator that runs for days would otherwise hold every event it ever had:
+    ``keep`` bounds that (PYDFCCL_TRACE_KEEP, about 10 MB by default), and ``lost`` counts
+    records overwritten in a ring before they were read, ``dropped`` the oldest ones let go
+    on the host."""
 
     def __init__(self, pool, rank: int, nblocks: int, coll_ids: dict, keep: int = TRACE_KEEP):
         self.pool, self.rank, self.nblocks, self.coll_ids = pool, rank, nblocks, coll_ids
@@ -81,21 +99,26 @@ class TraceReader:
         with self._lock:
             self.pool = None
 
-    def drain(self) -> None:
-        """Copy the new records of every block (the poller calls this)."""
+    def drain(self) -> int:
+        """Copy the new records of every block (the poller calls this); the most any block
+        had, by which the poller paces its drains (``next_drain_interval``)."""
         with self._lock:
             if self.pool is None:
-                return
-            heads = self._heads()
-            for b in range(self.nblocks):
-                head = int(heads[b])
+                return 0
+            heads = [int(h) for h in self._heads()]
+            copied = []
+            for b, head in enumerate(heads):
                 first = max(self.read[b], head - L.TRACE_CAP)
-                records = self._slots(b, first, head)
-                # Records older than (head now - CAP) may have been overwritten while copying.
-                valid = max(first, int(self._heads()[b]) - L.TRACE_CAP)
+                copied.append((first, self._slots(b, first, head)))
+            # Records older than (head now - CAP) may have been overwritten while copying.
+            after = self._heads()
+            for b, (head, (first, records)) in enumerate(zip(heads, copied)):
+                valid = max(first, int(after[b]) - L.TRACE_CAP)
                 self.lost += valid - self.read[b]
                 self._keep_records(b, records[valid - first:])
-                self.read[b] = head
+            most = max((h - r for h, r in zip(heads, self.read)), default=0)
+            self.read = heads
+            return most
 
     def _keep_records(self, block: int, records: np.ndarray) -> None:
         if len(records):

@@ -252,3 +252,32 @@ def test_closing_the_reader_waits_for_a_drain_and_ends_device_reads():
     pool.log(0, 2)
     assert len(reader.events()) == 3 and pool.reads == reads    # kept; no read after close
 
+
+
+def test_the_drain_waits_longer_while_the_rings_stay_nearly_empty():
+    """Each drain is device copies that hand the GIL around rank threads: the wait doubles
+    while the fullest ring gets under an eighth between drains, up to the longest, and
+    drops to the shortest once one gets a quarter full."""
+    from pydfccl.host.trace import TRACE_DRAIN_SECONDS, next_drain_interval
+    from pydfccl.protocol import layout as L
+
+    shortest, longest = TRACE_DRAIN_SECONDS
+    waits = [shortest]
+    for _ in range(10):
+        waits.append(next_drain_interval(waits[-1], L.TRACE_CAP // 8 - 1))
+    assert waits[:3] == [shortest, 2 * shortest, 4 * shortest] and waits[-1] == longest
+    assert next_drain_interval(0.08, L.TRACE_CAP // 8) == 0.08          # in between: kept
+    assert next_drain_interval(longest, L.TRACE_CAP // 4) == shortest
+
+
+def test_a_drain_reports_the_most_new_records_of_a_block():
+    from pydfccl.host.trace import TraceReader
+
+    pool = _Pool(nblocks=2)
+    reader = TraceReader(pool, rank=0, nblocks=2, coll_ids={0: 7})
+    pool.log(0, 30)
+    pool.log(1, 70)
+    assert reader.drain() == 70
+    pool.log(0, 5)
+    assert reader.drain() == 5 and reader.drain() == 0
+    assert len(reader.events()) == 105 and reader.lost == 0

@@ -59,6 +59,7 @@ def main(argv: list[str]) -> int:
                                env=env)
     from ..kernels.ahead import build_daemon
     from ..kernels.cache_place import cache_dir
+    from ..platform.cubin_resources import kernel_resources
 
     policies = policy_names() if args.all_policies else (args.policy or ["dfccl"])
     print(f"building {len(policies) * len(widths)} daemon(s) for sm_{cc[0]}{cc[1]} into "
@@ -66,8 +67,10 @@ def main(argv: list[str]) -> int:
     for name in policies:
         for n in widths:
             built = build_daemon(name, n, cc)
+            used = kernel_resources(built.image, built.entry)
             print(f"  {built.policy:<10} nthreads {built.nthreads:<4} registers "
-                  f"{built.registers:<4} cubin {built.cubin_bytes:>8} bytes  "
+                  f"{used.registers:<3} (cap {built.registers:<3}) stack frame "
+                  f"{used.frame_bytes:>4} bytes  cubin {built.cubin_bytes:>8} bytes  "
                   f"{built.seconds:6.1f} s", flush=True)
             if args.ship:
                 _ship(built, cc)

@@ -1,6 +1,7 @@
-"""The daemons shipped as cubins (``kernels/shipped/``): each matches today's sources, the
-default daemon for H100/H200 is among them, a lookup finds only an exact match, and the
-runtime takes a shipped daemon instead of compiling one."""
+"""The daemons shipped as cubins (``kernels/shipped/``): each matches today's sources and
+keeps within today's registers and stack frame, the default daemon for H100/H200 is among
+them, a lookup finds only an exact match, and the runtime takes a shipped daemon instead
+of compiling one."""
 
 import dataclasses
 import fnmatch
@@ -14,6 +15,7 @@ from pydfccl.kernels.daemon import DAEMON_SIGNATURE
 from pydfccl.kernels.shipped import (SHIPPED_DIR, ShippedDaemon, find_shipped, ship,
                                      shipped_daemons)
 from pydfccl.platform import backend
+from pydfccl.platform.cubin_resources import kernel_resources
 from pydfccl.sched.policies import get_policy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,6 +36,29 @@ def test_every_shipped_daemon_matches_todays_sources():
         assert d.image()[:4] == b"\x7fELF"        # a cubin, not PTX
     assert any((d.policy, d.nthreads, d.cc) == ("dfccl", MAX_THREADS, (9, 0))
                for d in shipped), "the default daemon for H100/H200 is not shipped"
+
+
+# Per thread, as linked with the CUDA 13 packages the project installs: the daemon runs
+# under a register cap, so device code that needs more registers spills into the stack
+# frame, which every step then reads and writes.
+STACK_FRAME_BYTES = {"dfccl": 216, "nccl": 208}
+
+
+def test_the_shipped_daemons_keep_todays_registers_and_stack_frame():
+    for d in shipped_daemons():
+        used = kernel_resources(d.image(), d.entry)
+        assert used.registers <= d.registers, (d.file, used)
+        assert used.frame_bytes <= STACK_FRAME_BYTES[d.policy], (
+            f"{d.file}: a {used.frame_bytes}-byte stack frame a thread, against "
+            f"{STACK_FRAME_BYTES[d.policy]} before: the daemon spills more")
+
+
+def test_a_cubin_that_is_not_one_is_refused():
+    with pytest.raises(ValueError, match="ELF"):
+        kernel_resources(b"// PTX text, not a cubin", "daemon")
+    with pytest.raises(KeyError, match="no symbol"):
+        d = shipped_daemons()[0]
+        kernel_resources(d.image(), "not_the_daemon")
 
 
 def test_only_an_exact_match_is_found(tmp_path):

@@ -1,11 +1,12 @@
-"""Hypothesis profiles: "ci" (default, bounded), "deep" and "smoke" (a few examples a test),
-chosen by HYPOTHESIS_PROFILE; ``--policy NAME`` (or PYDFCCL_POLICY) runs the tests of that
+"""Hypothesis profiles: "ci" (default, bounded), "deep", "smoke" (a few examples a test) and
+"first-failure" (up to fifty, the first failing one reported as drawn, not shrunk), chosen by
+HYPOTHESIS_PROFILE; ``--policy NAME`` (or PYDFCCL_POLICY) runs the tests of that
 policy alone (``policy_choice.py``)."""
 
 import os
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 import policy_choice
 
@@ -20,6 +21,12 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile(
     "smoke", max_examples=10, deadline=None, print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow])
+# Whether a policy breaks an oracle at all, quickly: shrinking a schedule that livelocks
+# runs the model's million quiet ticks again for every smaller schedule it tries (minutes).
+settings.register_profile(
+    "first-failure", max_examples=50, deadline=None, print_blob=True,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
     suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 

@@ -28,6 +28,7 @@ import threading
 import time
 import traceback
 from multiprocessing import shared_memory
+from multiprocessing.reduction import ForkingPickler
 
 import numpy as np
 
@@ -121,7 +122,22 @@ def _rank_process(rank, config, shm_names, options, worker, pipe, args, parent,
 
 # -- the launcher's side ----------------------------------------------------------------
 
+def _check_sendable(worker, options: dict, args: tuple) -> None:
+    """Rank processes are spawned, so what they run travels pickled: a policy with a lambda
+    among its functions, say, failed as a bare PicklingError inside ``Process.start``."""
+    for what, obj in (("the policy", options["policy"]), ("the worker", worker),
+                      ("the worker's arguments", args)):
+        try:
+            ForkingPickler.dumps(obj)
+        except Exception as exc:
+            raise ValueError(
+                f"pydfccl.launch: {what} cannot be sent to rank processes, which are "
+                f"spawned: its functions must be importable by name (defined at the top "
+                f"level of a module, not lambdas or closures): {exc}") from None
+
+
 def launch_processes(worker, nranks, options, timeout, args, config):
+    _check_sendable(worker, options, args)
     simulator = not platform.gpu_available()
     config = dict(WorldConfig(nranks, simulator=simulator, **config).as_dict())
     cfg = WorldConfig(**config)

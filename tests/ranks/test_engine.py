@@ -224,6 +224,22 @@ def test_unknown_policy_and_backend_are_refused():
         pydfccl.get_policy("bogus")
 
 
+def test_a_policy_rank_processes_cannot_receive_is_named_before_any_starts():
+    """Rank processes are spawned: a policy written with a lambda cannot reach them, and
+    the launcher says so rather than a bare PicklingError from Process.start."""
+    import dataclasses
+
+    dfccl = pydfccl.get_policy("dfccl")
+    never_quits = dataclasses.replace(dfccl, name="never_quits",
+                                      should_quit=lambda params, idle: 0)
+    with pytest.raises(ValueError, match="the policy cannot be sent to rank processes.*"
+                                         "not lambdas or closures"):
+        pydfccl.launch(rank_workers.mismatched, 2, backend="processes", policy=never_quits)
+    with pytest.raises(ValueError, match="the worker's arguments cannot be sent"):
+        pydfccl.launch(rank_workers.mismatched, 2, backend="processes",
+                       args=(lambda: None,))
+
+
 def test_barrier_waits_for_every_rank():
     waited = pydfccl.launch(rank_workers.barrier_wait, 2, timeout=120)
     assert waited[0] > 0.3 and waited[1] < waited[0], waited

@@ -23,12 +23,9 @@ import sys
 import threading
 import time
 
-from .. import platform
+from .. import cuda_start
 from ..errors import PydfcclError
-from ..host.communicator import Communicator
-from ..host.world import World, WorldConfig
 from .failures import raise_first
-from .processes import START_TIMEOUT, launch_processes
 
 __all__ = ["launch", "BACKENDS", "default_backend"]
 
@@ -41,6 +38,8 @@ def default_backend() -> str:
         if chosen not in BACKENDS:
             raise ValueError(f"PYDFCCL_BACKEND={chosen!r}; choose from {BACKENDS}")
         return chosen
+    from .. import platform
+
     return "threads" if platform.gpu_available() else "processes"
 
 
@@ -59,13 +58,19 @@ def launch(worker, nranks: int, *, policy="dfccl", backend: str | None = None,
     """
     options = dict(policy=policy, watchdog_timeout=watchdog_timeout, persistent=persistent,
                    timeout=timeout)
+    if not isinstance(nranks, int) or nranks < 1:
+        raise ValueError(f"nranks must be a positive int, got {nranks!r}")
+    if (backend or os.environ.get("PYDFCCL_BACKEND") or "threads") == "threads":
+        # Ranks will be threads of this process if it has a GPU: its driver and context
+        # start beside the import of the runtime (below, and not with this module).
+        cuda_start.begin()
     backend = backend or default_backend()
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; choose from {BACKENDS}")
-    if not isinstance(nranks, int) or nranks < 1:
-        raise ValueError(f"nranks must be a positive int, got {nranks!r}")
     if backend == "threads":
         return _launch_threads(worker, nranks, options, timeout, args, config)
+    from .processes import launch_processes
+
     return launch_processes(worker, nranks, options, timeout, args, config)
 
 
@@ -75,7 +80,8 @@ class _ThreadExchange:
     """All-gather among rank threads (what start() needs to compare signatures). A rank
     that has ended (``leave``) breaks the exchanges its peers are in or enter, naming it."""
 
-    def __init__(self, nranks: int):
+    def __init__(self, nranks: int, start_timeout: float):
+        self.start_timeout = start_timeout
         self.slots = [None] * nranks
         self.barrier = threading.Barrier(nranks)
         self.gone: dict = {}
@@ -88,25 +94,31 @@ class _ThreadExchange:
         def exchange(obj):
             self.slots[rank] = obj
             try:
-                self.barrier.wait(START_TIMEOUT)
+                self.barrier.wait(self.start_timeout)
                 result = list(self.slots)
-                self.barrier.wait(START_TIMEOUT)
+                self.barrier.wait(self.start_timeout)
             except threading.BrokenBarrierError:
                 why = ", ".join(f"rank {r} {how}" for r, how in sorted(self.gone.items()))
+                within = f"not all within {self.start_timeout:.0f} s"
                 raise PydfcclError("not every rank arrived in the exchange (start(), "
-                                   f"barrier()): {why or f'not all within {START_TIMEOUT:.0f} s'}"
-                                   ) from None
+                                   f"barrier()): {why or within}") from None
             return result
 
         return exchange
 
 
 def _launch_threads(worker, nranks, options, timeout, args, config):
+    from .. import platform
+    from ..host.communicator import Communicator
+    from ..host.world import World, WorldConfig
+    from .processes import START_TIMEOUT
+
     if platform.backend.one_kernel_per_process:
         raise PydfcclError("the threads backend needs a GPU: the simulator runs one kernel per "
                            "process; use backend='processes'")
+    platform.backend.open_context()
     world = World(WorldConfig(nranks, **config))
-    exchange = _ThreadExchange(nranks)
+    exchange = _ThreadExchange(nranks, START_TIMEOUT)
     results, failures = [None] * nranks, {}
 
     def body(rank):

@@ -2,7 +2,8 @@
 collective, cold (an empty kernel cache) and warm (the cache the cold run filled).
 
 Each run is a new interpreter (``startup_probe.PROBE``): a 2-rank program that imports pydfccl,
-loads the runtime, compiles or loads the daemon, launches its ranks, prepares and starts one
+loads the runtime while the CUDA driver and context start beside it, as ``launch`` does
+(``cuda_start``), compiles or loads the daemon, launches its ranks, prepares and starts one
 all-reduce and checks its first result. The phases are timed inside the process; from
 outside, the time from starting the process to its verified result (the figure start-up is
 judged by), the whole process's time with its exit, and a bare ``python -c pass`` as the
@@ -98,6 +99,10 @@ def main(argv: list[str]) -> int:
     print(f"{BASELINE:<40}" + "".join(f" {baseline:>12.3f}" for _ in columns))
     for name in names:
         print(f"{name:<40}" + "".join(f" {values[name]:>12.3f}" for _, values in columns))
+    beside = [r.get("context_beside_imports") for r in [cold] + warm]
+    if all(b is not None for b in beside):
+        print(f"The CUDA driver and context, started in a thread beside the runtime's imports, "
+              f"took {beside[0]:.3f} s cold, {statistics.median(beside[1:]):.3f} s warm.")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(dict(backend=cold["backend"], policy=args.policy, baseline=baseline,

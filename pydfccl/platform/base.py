@@ -138,7 +138,7 @@ class Backend:
 
     def open_context(self) -> None:
         """Make this process's device context now rather than at its first use (the
-        simulator has none): ``bench startup`` times the driver's start-up apart."""
+        simulator has none)."""
 
     def gpu_available(self) -> bool:
         raise NotImplementedError

@@ -10,6 +10,7 @@ import numpy as np
 from numba import cuda
 from numba.cuda.cudadrv.devicearray import DeviceNDArray
 
+from .. import cuda_start
 from ..log import logger
 from ..protocol.codes import storage_dtype
 from . import driver, streams
@@ -123,7 +124,10 @@ class GpuBackend(Backend):
         return streams.StreamWriteOps()
 
     def open_context(self) -> None:
+        """Make the context, or take the one ``cuda_start.begin`` made, and let go of that
+        module's hold on it."""
         cuda.current_context()
+        cuda_start.settle()
 
     def bind_thread(self) -> None:
         """In a thread pydfccl starts (launcher, poller): use the process's device. A CUDA

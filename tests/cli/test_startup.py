@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PHASES = ["import pydfccl", "runtime modules (numba.cuda)", "CUDA context",
+PHASES = ["import pydfccl", "runtime modules (numba.cuda)", "CUDA context, after the imports",
           "daemon compile or load", "ranks up", "prepare + start", "first verified collective", "ranks down",
           "process start to the verified result", "whole process, with its exit"]
 

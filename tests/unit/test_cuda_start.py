@@ -1,0 +1,91 @@
+"""The CUDA driver and context started beside the runtime's imports (``pydfccl.cuda_start``):
+begun only where it can help and nothing else is touched, the context given back to Numba
+once it holds its own, and ``launch`` leaving Numba's CUDA target unimported until it
+knows that this process runs ranks itself."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from pydfccl import cuda_start
+
+
+class FakeDriver:
+    """libcuda's calls that ``cuda_start`` makes, each recorded, all succeeding."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __getattr__(self, name):
+        if not name.startswith("cu"):
+            raise AttributeError(name)
+
+        def call(*args):
+            self.calls.append(name)
+            return 0
+        return call
+
+
+@pytest.fixture
+def fresh(monkeypatch):
+    """cuda_start as in a new process, with a fake driver and Numba's CUDA target
+    not yet imported."""
+    driver = FakeDriver()
+    monkeypatch.setattr(cuda_start, "_thread", None)
+    monkeypatch.setattr(cuda_start, "_held", None)
+    monkeypatch.setattr(cuda_start, "_seconds", None)
+    monkeypatch.setattr(cuda_start, "_driver", lambda: driver)
+    monkeypatch.delenv("NUMBA_ENABLE_CUDASIM", raising=False)
+    monkeypatch.delitem(sys.modules, "numba.cuda", raising=False)
+    return driver
+
+
+def test_begin_retains_the_primary_context_and_settle_gives_it_back(fresh):
+    cuda_start.begin(device=0)
+    cuda_start.settle()
+    assert fresh.calls == ["cuInit", "cuDeviceGet", "cuDevicePrimaryCtxRetain",
+                           "cuDevicePrimaryCtxRelease_v2"]
+    assert cuda_start.background_seconds() is not None
+    cuda_start.begin(device=0)            # once a process: the thread ran already
+    cuda_start.settle()
+    assert len(fresh.calls) == 4
+
+
+def test_a_failed_driver_start_retains_and_releases_nothing(fresh, monkeypatch):
+    def init(flags):
+        fresh.calls.append("cuInit")
+        return 100          # CUDA_ERROR_NO_DEVICE
+    monkeypatch.setattr(fresh, "cuInit", init, raising=False)
+    cuda_start.begin()
+    cuda_start.settle()
+    assert fresh.calls == ["cuInit"]
+
+
+@pytest.mark.parametrize("why", ["simulator", "numba loaded"])
+def test_begin_does_nothing_where_it_cannot_help(fresh, monkeypatch, why):
+    if why == "simulator":
+        monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")
+    else:   # the program loaded Numba's CUDA target, and may have chosen another GPU
+        monkeypatch.setitem(sys.modules, "numba.cuda", object())
+    cuda_start.begin()
+    cuda_start.settle()
+    assert fresh.calls == [] and cuda_start.background_seconds() is None
+
+
+def test_settle_without_begin_does_nothing(fresh):
+    cuda_start.settle()
+    assert fresh.calls == []
+
+
+def test_launch_imports_numba_cuda_only_once_it_runs_ranks():
+    """``pydfccl.launch`` is a light import: the runtime's modules (Numba's CUDA target)
+    load once ``launch`` runs, beside the driver's start."""
+    script = ("import json, sys, pydfccl; launch = pydfccl.launch; "
+              "print(json.dumps('numba.cuda' in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=dict(os.environ, NUMBA_ENABLE_CUDASIM="1"), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) is False

@@ -1,14 +1,17 @@
-"""A rank's buffers for the chaos demo, filled and checked in bulk.
+"""A rank's buffers for the chaos demo, made once and checked in bulk.
 
-Every collective's send buffer is a view of one allocation and every receive buffer a view
-of another, so that filling an iteration's inputs is one host-to-device copy and reading
-its outputs one copy back, instead of two for each collective (each a pinned staging copy
-and a stream wait on a GPU). The inputs of every rank are made at once as one numpy
-expression over the whole allocation; the expected results (``protocol.reference``) are
-computed from views of them, and the check compares the whole receive allocation at once.
-The inputs repeat every ``PERIOD`` iterations, so each iteration's inputs and expected
-outputs are computed once and reused. Views start at 256-byte boundaries, as separate
-allocations would.
+The inputs repeat every ``PERIOD`` iterations, so each of the ``PERIOD`` input patterns is
+written to the device once, into a set of send buffers of its own, and an iteration runs on
+the set of its pattern: no copy at all after the first ``PERIOD`` iterations. Outputs go to
+``batch`` sets of receive buffers in turn, and every ``batch`` iterations (and after the last)
+all of them are read back in one copy and compared at once with outputs computed once per
+pattern (``protocol.reference``). Within a set, every collective's buffer is a view of one
+allocation, starting at a 256-byte boundary as separate allocations would.
+
+A collective that wrote nothing leaves the outputs of ``batch`` iterations before in place,
+and ``batch`` < ``PERIOD`` makes those another pattern's: the check refuses them. Sets that
+would take more than ``SET_BYTES`` of device memory are fewer: one set of inputs, written
+every iteration, and as many output sets as fit (at least one, checked every iteration).
 """
 
 from __future__ import annotations
@@ -19,11 +22,12 @@ from ..protocol.codes import normalize_dtype
 from ..protocol.collectives import split_output
 from ..protocol.reference import reference
 
-__all__ = ["ALIGN_BYTES", "PERIOD", "ChaosBuffers", "split_matrix"]
+__all__ = ["ALIGN_BYTES", "PERIOD", "SET_BYTES", "ChaosBuffers", "split_matrix"]
 
 ALIGN_BYTES = 256
 # Iteration it's inputs: (position + 7 * collective + 3 * it) mod PERIOD, plus rank + 1.
 PERIOD = 13
+SET_BYTES = 64 << 20      # device memory a rank's input sets, and its output sets, may take
 
 
 def split_matrix(k: int, count: int, nranks: int) -> np.ndarray:
@@ -36,33 +40,41 @@ def split_matrix(k: int, count: int, nranks: int) -> np.ndarray:
 
 def _layout(sizes: list[int], itemsize: int) -> tuple[list[int], int]:
     """Each size's offset (elements) in one allocation, every one 256-byte aligned, and the
-    allocation's elements."""
+    allocation's elements (a multiple of 256 bytes, so that sets laid end to end stay
+    aligned)."""
     step = max(1, ALIGN_BYTES // itemsize)
     offsets, total = [], 0
     for size in sizes:
         offsets.append(total)
         total += -(-size // step) * step
-    return offsets, max(total, 1)
+    return offsets, max(total, step)
 
 
 class ChaosBuffers:
     """The send and receive buffers of ``kinds`` (collective k of ``kinds[k]``, with
     ``sizes[k]`` = (send, recv) elements) for rank ``comm.rank``; ``splits[k]``: an
-    all_to_allv's counts (``split_matrix``), whose ranks send buffers of their own sizes."""
+    all_to_allv's counts (``split_matrix``), whose ranks send buffers of their own sizes.
+
+    Each iteration: ``fill(it)``, run collective k from ``sends(it)[k]`` into
+    ``recvs(it)[k]``, then ``check(it, last)``."""
 
     def __init__(self, comm, kinds: list[str], sizes: list[tuple[int, int]], dtype: str,
-                 roots: list[int], splits: dict | None = None):
+                 roots: list[int], splits: dict | None = None, set_bytes: int = SET_BYTES):
         self.comm, self.kinds, self.roots, self.dtype = comm, kinds, roots, dtype
         self.splits = splits or {}
-        self._phase = 0
+        self.sizes = sizes
         itemsize = np.dtype(normalize_dtype(dtype)).itemsize
         self.send_at, send_total = _layout([s for s, _ in sizes], itemsize)
-        self.recv_at, recv_total = _layout([r for _, r in sizes], itemsize)
-        self.sizes = sizes
-        self.send_all = comm.empty(send_total, dtype)
-        self.recv_all = comm.empty(recv_total, dtype)
-        self.sends = [self.send_all[o:o + s] for o, (s, _) in zip(self.send_at, sizes)]
-        self.recvs = [self.recv_all[o:o + r] for o, (_, r) in zip(self.recv_at, sizes)]
+        self.recv_at, self._recv_total = _layout([r for _, r in sizes], itemsize)
+        self.input_sets = PERIOD if PERIOD * send_total * itemsize <= set_bytes else 1
+        self.batch = max(1, min(PERIOD - 1, set_bytes // (self._recv_total * itemsize)))
+        self.send_all = comm.empty(self.input_sets * send_total, dtype)
+        self.recv_all = comm.empty(self.batch * self._recv_total, dtype)
+        self._sends = [[self.send_all[i * send_total + o:i * send_total + o + s]
+                        for o, (s, _) in zip(self.send_at, sizes)]
+                       for i in range(self.input_sets)]
+        self._recvs = [[self.recv_all[j * self._recv_total + o:j * self._recv_total + o + r]
+                        for o, (_, r) in zip(self.recv_at, sizes)] for j in range(self.batch)]
         # each send element's position in its buffer and its collective, for the inputs
         self._pos = np.zeros(send_total, np.int64)
         self._coll = np.zeros(send_total, np.int64)
@@ -70,63 +82,89 @@ class ChaosBuffers:
             self._pos[o:o + s] = np.arange(s)
             self._coll[o:o + s] = k
         self._ranks = np.arange(comm.nranks, dtype=np.int64)[:, None] + 1
-        self._inputs = None
-        self._inputs_of: dict = {}      # it % PERIOD -> every rank's inputs
-        self._expected_of: dict = {}    # it % PERIOD -> (want, defined, outputs verified)
+        self._inputs_of: dict = {}      # phase -> every rank's inputs
+        self._written: set = set()      # the phases whose input set holds them
+        self._expected_of: dict = {}    # phase -> (want, defined, outputs verified)
+
+    def sends(self, it: int) -> list:
+        """Iteration ``it``'s send buffers, one a collective."""
+        return self._sends[it % PERIOD % self.input_sets]
+
+    def recvs(self, it: int) -> list:
+        """Iteration ``it``'s receive buffers, one a collective."""
+        return self._recvs[it % self.batch]
 
     def fill(self, it: int) -> None:
-        """Make iteration ``it``'s inputs of every rank (small integers, so that every sum is
-        exact in every dtype) and copy this rank's into its send buffers, in one copy."""
-        phase = self._phase = it % PERIOD
+        """Make iteration ``it``'s inputs of every rank (small integers, so that every sum
+        is exact in every dtype) and write this rank's to its send buffers, in one copy,
+        unless its input set holds them already."""
+        phase = it % PERIOD
+        if phase in self._written:
+            return
+        inputs = self._inputs(phase)
+        first = (phase % self.input_sets) * inputs.shape[1]
+        self.send_all[first:first + inputs.shape[1]] = inputs[self.comm.rank]
+        if self.input_sets == PERIOD:
+            self._written.add(phase)
+
+    def _inputs(self, phase: int) -> np.ndarray:
         if phase not in self._inputs_of:
             base = (self._pos + 7 * self._coll + 3 * phase) % PERIOD
             self._inputs_of[phase] = (base[None, :] + self._ranks).astype(
                 normalize_dtype(self.dtype))
-        self._inputs = self._inputs_of[phase]
-        self.send_all[...] = self._inputs[self.comm.rank]
+        return self._inputs_of[phase]
 
-    def inputs(self, k: int) -> list[np.ndarray]:
-        """Collective ``k``'s inputs of every rank in this iteration (views), made as
+    def inputs(self, k: int, phase: int) -> list[np.ndarray]:
+        """Collective ``k``'s inputs of every rank in iterations of ``phase``, made as
         ``fill`` makes them: an all_to_allv's from each rank's own size."""
         if k in self.splits:
-            base = 7 * k + 3 * self._phase
+            base = 7 * k + 3 * phase
             return [((np.arange(int(row.sum())) + base) % PERIOD + r + 1).astype(
                 normalize_dtype(self.dtype)) for r, row in enumerate(self.splits[k])]
         o, s = self.send_at[k], self.sizes[k][0]
-        return list(self._inputs[:, o:o + s])
+        return list(self._inputs(phase)[:, o:o + s])
 
-    def check(self, it: int) -> int:
-        """Read every output back in one copy and compare it with numpy's reference; returns
-        the outputs verified (a reduce's only at its root). AssertionError names the first
-        wrong element."""
-        got = np.asarray(self.recv_all)
-        phase = it % PERIOD
-        if phase not in self._expected_of:
-            self._expected_of[phase] = self._expected(got)
-        want, defined, verified = self._expected_of[phase]
-        wrong = np.flatnonzero(defined & (got != want))
-        if wrong.size:
-            at = int(wrong[0])
-            k = int(np.searchsorted(self.recv_at, at, side="right") - 1)
-            bad = at - self.recv_at[k]
-            raise AssertionError(f"iteration {it}, collective {k} ({self.kinds[k]}): element "
-                                 f"{bad} is {got[at]}, expected {want[at]}")
+    def check(self, it: int, last: bool = False) -> int:
+        """After iteration ``it``: once ``batch`` iterations' outputs are in (or after the
+        ``last``), read them back in one copy and compare them with numpy's reference;
+        returns the outputs verified (a reduce's only at its root), 0 between checks.
+        AssertionError names the first wrong element's iteration and collective."""
+        sets = it % self.batch + 1
+        if sets < self.batch and not last:
+            return 0
+        first_it = it - sets + 1
+        got = np.asarray(self.recv_all[:sets * self._recv_total]).reshape(sets, -1)
+        verified = 0
+        for j in range(sets):
+            want, defined, outputs = self._expected(got.dtype, (first_it + j) % PERIOD)
+            wrong = np.flatnonzero(defined & (got[j] != want))
+            if wrong.size:
+                self._fail(first_it + j, got[j], want, int(wrong[0]))
+            verified += outputs
         return verified
 
-    def _expected(self, got: np.ndarray) -> tuple:
-        """(expected receive allocation, shaped as ``got``; which of its elements are
-        defined; outputs verified) for the inputs ``fill`` made last."""
-        want = np.empty_like(got)
-        defined = np.zeros(got.size, bool)
+    def _fail(self, it: int, got: np.ndarray, want: np.ndarray, at: int):
+        k = int(np.searchsorted(self.recv_at, at, side="right") - 1)
+        raise AssertionError(f"iteration {it}, collective {k} ({self.kinds[k]}): element "
+                             f"{at - self.recv_at[k]} is {got[at]}, expected {want[at]}")
+
+    def _expected(self, dtype, phase: int) -> tuple:
+        """(expected receive set, which of its elements are defined, outputs verified) in
+        iterations of ``phase``, made once."""
+        if phase in self._expected_of:
+            return self._expected_of[phase]
+        want = np.zeros(self._recv_total, dtype)
+        defined = np.zeros(self._recv_total, bool)
         verified = 0
         for k, kind in enumerate(self.kinds):
-            out = (split_output(self.inputs(k), self.splits[k], self.comm.rank)
+            out = (split_output(self.inputs(k, phase), self.splits[k], self.comm.rank)
                    if k in self.splits else
-                   reference(kind, self.inputs(k), "sum", self.roots[k], self.comm.rank))
+                   reference(kind, self.inputs(k, phase), "sum", self.roots[k], self.comm.rank))
             if out is None:
                 continue        # reduce: only the root's output is defined
             o = self.recv_at[k]
             want[o:o + out.size] = out
             defined[o:o + out.size] = True
             verified += 1
-        return want, defined, verified
+        self._expected_of[phase] = (want, defined, verified)
+        return self._expected_of[phase]

@@ -117,7 +117,6 @@ def chaos_worker(comm, opts: DemoOptions) -> dict:
     if status is not None:
         status.start()
     buffers = ChaosBuffers(comm, kinds, sizes, opts.dtype, roots, splits)  # in bulk
-    sends, recvs = buffers.sends, buffers.recvs
     rng = np.random.default_rng(opts.seed)       # the same stream on every rank
     bar = None
     if opts.progress and comm.rank == 0:
@@ -136,6 +135,7 @@ def chaos_worker(comm, opts: DemoOptions) -> dict:
         orders = ([list(range(K))] * n if opts.in_order else chaos_orders(K, n, rng))
         t0 = time.perf_counter()
         buffers.fill(it)
+        sends, recvs = buffers.sends(it), buffers.recvs(it)
         filling.append(time.perf_counter() - t0)
         if opts.align:
             comm.barrier()      # every rank starts submitting at once: no arrival skew
@@ -151,7 +151,7 @@ def chaos_worker(comm, opts: DemoOptions) -> dict:
             mark(MARK_RESULT, k, it)
         in_collectives.append(time.perf_counter() - submitted)
         t0 = time.perf_counter()
-        verified += buffers.check(it)
+        verified += buffers.check(it, last=it == opts.iters - 1)
         checking.append(time.perf_counter() - t0)
         if bar is not None:
             bar.update(1)

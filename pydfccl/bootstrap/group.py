@@ -20,10 +20,8 @@ GPU only: under the simulator each rank is a process of its own.
 
 from __future__ import annotations
 
-from .. import platform
-from ..host.communicator import Communicator
+from .. import cuda_start
 from ..errors import PydfcclError
-from ..host.world import World, WorldConfig
 
 __all__ = ["init_all", "start_all", "close_all"]
 
@@ -47,9 +45,15 @@ def init_all(nranks: int, *, policy="dfccl", watchdog_timeout: float | None = No
              **config) -> list[Communicator]:
     """Communicators for all ``nranks`` ranks of a new world on this GPU, for one thread to
     drive. ``config`` overrides WorldConfig sizes, as in ``launch``."""
+    cuda_start.begin()         # beside the runtime's import, as launch() does
+    from .. import platform
+    from ..host.communicator import Communicator
+    from ..host.world import World, WorldConfig
+
     if not platform.gpu_available():
         raise PydfcclError("init_all() needs a GPU: without one each rank is a simulated "
                            "process (use pydfccl.launch)")
+    platform.backend.open_context()
     world = World(WorldConfig(nranks, **config))
     registrations = _Registrations()
     return [Communicator(world, rank, policy=policy, exchange=registrations,

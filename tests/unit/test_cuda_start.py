@@ -80,10 +80,10 @@ def test_settle_without_begin_does_nothing(fresh):
     assert fresh.calls == []
 
 
-def test_launch_imports_numba_cuda_only_once_it_runs_ranks():
-    """``pydfccl.launch`` is a light import: the runtime's modules (Numba's CUDA target)
-    load once ``launch`` runs, beside the driver's start."""
-    script = ("import json, sys, pydfccl; launch = pydfccl.launch; "
+def test_launch_and_init_all_import_numba_cuda_only_once_they_run():
+    """``pydfccl.launch`` and ``pydfccl.init_all`` are light imports: the runtime's modules
+    (Numba's CUDA target) load once they run, beside the driver's start."""
+    script = ("import json, sys, pydfccl; pydfccl.launch, pydfccl.init_all; "
               "print(json.dumps('numba.cuda' in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           env=dict(os.environ, NUMBA_ENABLE_CUDASIM="1"), timeout=300)

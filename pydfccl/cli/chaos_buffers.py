@@ -4,9 +4,12 @@ The inputs repeat every ``PERIOD`` iterations, so each of the ``PERIOD`` input p
 written to the device once, into a set of send buffers of its own, and an iteration runs on
 the set of its pattern: no copy at all after the first ``PERIOD`` iterations. Outputs go to
 ``batch`` sets of receive buffers in turn, and every ``batch`` iterations (and after the last)
-all of them are read back in one copy and compared at once with outputs computed once per
-pattern (``protocol.reference``). Within a set, every collective's buffer is a view of one
-allocation, starting at a 256-byte boundary as separate allocations would.
+all of them are read back in one copy and compared at once with the outputs of each
+pattern (``protocol.reference``), computed when the buffers are made, before the timed
+iterations. Every whole-array step of a check is a GIL hand-off among rank threads of one
+process, so a check is a few of them, not a few per collective. Within a set, every
+collective's buffer is a view of one allocation, starting at a 256-byte boundary as
+separate allocations would.
 
 A collective that wrote nothing leaves the outputs of ``batch`` iterations before in place,
 and ``batch`` < ``PERIOD`` makes those another pattern's: the check refuses them. Sets that
@@ -81,10 +84,16 @@ class ChaosBuffers:
         for k, (o, (s, _)) in enumerate(zip(self.send_at, sizes)):
             self._pos[o:o + s] = np.arange(s)
             self._coll[o:o + s] = k
-        self._ranks = np.arange(comm.nranks, dtype=np.int64)[:, None] + 1
-        self._inputs_of: dict = {}      # phase -> every rank's inputs
+        self._ranks = np.arange(comm.nranks, dtype=np.int64) + 1
+        self._host_dtype = normalize_dtype(dtype)
         self._written: set = set()      # the phases whose input set holds them
-        self._expected_of: dict = {}    # phase -> (want, defined, outputs verified)
+        self._expected_of: dict = {}    # phase -> expected receive set
+        self._defined = self._outputs = self._all_phases = None
+        self._expected(0)
+        if 2 * PERIOD * self._recv_total * itemsize <= set_bytes:   # all now, outside the
+            self._all_phases = np.concatenate(                      # timed iterations
+                [self._expected(phase % PERIOD) for phase in range(2 * PERIOD)])
+            self._expected_of.clear()
 
     def sends(self, it: int) -> list:
         """Iteration ``it``'s send buffers, one a collective."""
@@ -101,70 +110,82 @@ class ChaosBuffers:
         phase = it % PERIOD
         if phase in self._written:
             return
-        inputs = self._inputs(phase)
-        first = (phase % self.input_sets) * inputs.shape[1]
-        self.send_all[first:first + inputs.shape[1]] = inputs[self.comm.rank]
+        mine = self._inputs(phase, self._ranks[self.comm.rank:self.comm.rank + 1])[0]
+        first = (phase % self.input_sets) * mine.size
+        self.send_all[first:first + mine.size] = mine
         if self.input_sets == PERIOD:
             self._written.add(phase)
 
-    def _inputs(self, phase: int) -> np.ndarray:
-        if phase not in self._inputs_of:
-            base = (self._pos + 7 * self._coll + 3 * phase) % PERIOD
-            self._inputs_of[phase] = (base[None, :] + self._ranks).astype(
-                normalize_dtype(self.dtype))
-        return self._inputs_of[phase]
+    def _inputs(self, phase: int, ranks: np.ndarray) -> np.ndarray:
+        """The whole send set's inputs in iterations of ``phase``, a row for each of
+        ``ranks`` (each rank's number + 1)."""
+        base = (self._pos + 7 * self._coll + 3 * phase) % PERIOD
+        return (base[None, :] + ranks[:, None]).astype(self._host_dtype)
 
-    def inputs(self, k: int, phase: int) -> list[np.ndarray]:
+    def inputs(self, k: int, phase: int, every: np.ndarray | None = None) -> list[np.ndarray]:
         """Collective ``k``'s inputs of every rank in iterations of ``phase``, made as
-        ``fill`` makes them: an all_to_allv's from each rank's own size."""
+        ``fill`` makes them (views of ``every``, the whole set's, where given): an
+        all_to_allv's from each rank's own size."""
         if k in self.splits:
             base = 7 * k + 3 * phase
             return [((np.arange(int(row.sum())) + base) % PERIOD + r + 1).astype(
-                normalize_dtype(self.dtype)) for r, row in enumerate(self.splits[k])]
+                self._host_dtype) for r, row in enumerate(self.splits[k])]
         o, s = self.send_at[k], self.sizes[k][0]
-        return list(self._inputs(phase)[:, o:o + s])
+        every = self._inputs(phase, self._ranks) if every is None else every
+        return list(every[:, o:o + s])
 
     def check(self, it: int, last: bool = False) -> int:
         """After iteration ``it``: once ``batch`` iterations' outputs are in (or after the
-        ``last``), read them back in one copy and compare them with numpy's reference;
-        returns the outputs verified (a reduce's only at its root), 0 between checks.
-        AssertionError names the first wrong element's iteration and collective."""
+        ``last``), read them back in one copy and compare them with numpy's reference in a
+        few whole-array operations (each a GIL hand-off among rank threads); returns the
+        outputs verified (a reduce's only at its root), 0 between checks. AssertionError
+        names the first wrong element's iteration and collective."""
         sets = it % self.batch + 1
         if sets < self.batch and not last:
             return 0
         first_it = it - sets + 1
-        got = np.asarray(self.recv_all[:sets * self._recv_total]).reshape(sets, -1)
-        verified = 0
-        for j in range(sets):
-            want, defined, outputs = self._expected(got.dtype, (first_it + j) % PERIOD)
-            wrong = np.flatnonzero(defined & (got[j] != want))
-            if wrong.size:
-                self._fail(first_it + j, got[j], want, int(wrong[0]))
-            verified += outputs
-        return verified
+        got = np.asarray(self.recv_all[:sets * self._recv_total])
+        want = self._expected_run(first_it % PERIOD, sets)
+        wrong = got != want
+        if self._defined is not None:
+            wrong &= np.tile(self._defined, sets)
+        if wrong.any():
+            at = int(np.flatnonzero(wrong)[0])
+            j, offset = divmod(at, self._recv_total)
+            k = int(np.searchsorted(self.recv_at, offset, side="right") - 1)
+            raise AssertionError(f"iteration {first_it + j}, collective {k} ({self.kinds[k]}): "
+                                 f"element {offset - self.recv_at[k]} is {got[at]}, expected "
+                                 f"{want[at]}")
+        return sets * self._outputs
 
-    def _fail(self, it: int, got: np.ndarray, want: np.ndarray, at: int):
-        k = int(np.searchsorted(self.recv_at, at, side="right") - 1)
-        raise AssertionError(f"iteration {it}, collective {k} ({self.kinds[k]}): element "
-                             f"{at - self.recv_at[k]} is {got[at]}, expected {want[at]}")
+    def _expected_run(self, phase: int, sets: int) -> np.ndarray:
+        """The expected receive sets of ``sets`` iterations from one of ``phase`` on, flat.
+        Where every phase's fit in ``SET_BYTES`` twice over, they are laid out so, once, and
+        any run of them is a view; otherwise each phase's are computed once and joined."""
+        if self._all_phases is not None:
+            return self._all_phases[phase * self._recv_total:(phase + sets) * self._recv_total]
+        return np.concatenate([self._expected((phase + j) % PERIOD) for j in range(sets)])
 
-    def _expected(self, dtype, phase: int) -> tuple:
-        """(expected receive set, which of its elements are defined, outputs verified) in
-        iterations of ``phase``, made once."""
+    def _expected(self, phase: int) -> np.ndarray:
+        """The expected receive set in iterations of ``phase``, made once. Sets ``_defined``
+        (which of its elements are defined, None: all) and ``_outputs`` (outputs verified a
+        set), the same in every phase."""
         if phase in self._expected_of:
             return self._expected_of[phase]
-        want = np.zeros(self._recv_total, dtype)
+        want = np.zeros(self._recv_total, self._host_dtype)
         defined = np.zeros(self._recv_total, bool)
-        verified = 0
+        outputs, every = 0, self._inputs(phase, self._ranks)
         for k, kind in enumerate(self.kinds):
-            out = (split_output(self.inputs(k, phase), self.splits[k], self.comm.rank)
-                   if k in self.splits else
-                   reference(kind, self.inputs(k, phase), "sum", self.roots[k], self.comm.rank))
+            given = self.inputs(k, phase, every)
+            out = (split_output(given, self.splits[k], self.comm.rank) if k in self.splits
+                   else reference(kind, given, "sum", self.roots[k], self.comm.rank))
             if out is None:
                 continue        # reduce: only the root's output is defined
             o = self.recv_at[k]
             want[o:o + out.size] = out
             defined[o:o + out.size] = True
-            verified += 1
-        self._expected_of[phase] = (want, defined, verified)
-        return self._expected_of[phase]
+            outputs += 1
+        self._defined = None if defined.all() else defined
+        self._outputs = outputs
+        self._expected_of[phase] = want
+        return want

@@ -111,12 +111,13 @@ def chaos_worker(comm, opts: DemoOptions) -> dict:
                          recv_counts=matrix[:, comm.rank].tolist())
     for k in range(K):
         comm.prepare(k, kinds[k], count=opts.count, dtype=opts.dtype, root=roots[k])
+    # in bulk, with the expected outputs, before start() lines the ranks up
+    buffers = ChaosBuffers(comm, kinds, sizes, opts.dtype, roots, splits)
     comm.start()
     status = StatusPrinter(comm, opts.status_every) if (opts.status_every
                                                         and comm.rank == 0) else None
     if status is not None:
         status.start()
-    buffers = ChaosBuffers(comm, kinds, sizes, opts.dtype, roots, splits)  # in bulk
     rng = np.random.default_rng(opts.seed)       # the same stream on every rank
     bar = None
     if opts.progress and comm.rank == 0:

@@ -72,8 +72,12 @@ def test_each_pattern_is_written_once_and_reused():
     assert buffers.send_all.count == 1
 
 
-def test_outputs_are_checked_a_batch_at_a_time_and_the_wrong_one_named():
-    buffers, _ = _buffers(kinds=("all_reduce", "all_reduce"))
+@pytest.mark.parametrize("set_bytes", [None, 4096], ids=["all patterns", "a few sets"])
+def test_outputs_are_checked_a_batch_at_a_time_and_the_wrong_one_named(set_bytes):
+    """With every pattern's outputs laid out ahead, and with sets that fit only a few
+    (expected outputs joined for each batch)."""
+    options = {} if set_bytes is None else dict(set_bytes=set_bytes)
+    buffers, _ = _buffers(kinds=("all_reduce", "all_reduce"), **options)
     assert 1 < buffers.batch < PERIOD
     for it in range(buffers.batch):
         buffers.fill(it)
@@ -102,14 +106,15 @@ def test_a_reduce_is_checked_only_at_its_root():
     assert buffers.check(0, last=True) == 1
 
 
-@pytest.mark.parametrize("set_bytes", [None, 1], ids=["batched", "one set"])
+@pytest.mark.parametrize("set_bytes", [None, 2048, 1], ids=["batched", "a few sets",
+                                                         "one set"])
 def test_outputs_a_collective_left_in_place_are_refused(set_bytes):
     """A collective that wrote nothing leaves the outputs of the iteration that used its
     receive set before, which had another input pattern: batched, and with one set of
     each (sets too big for device memory: inputs written every iteration)."""
     options = {} if set_bytes is None else dict(set_bytes=set_bytes)
     buffers, _ = _buffers(kinds=("all_reduce",), **options)
-    if set_bytes:
+    if set_bytes == 1:
         assert buffers.input_sets == 1 and buffers.batch == 1
     batch = buffers.batch
     for it in range(batch):
@@ -124,7 +129,7 @@ def test_outputs_a_collective_left_in_place_are_refused(set_bytes):
             buffers.check(it)
     with pytest.raises(AssertionError, match=f"iteration {batch}, collective 0"):
         buffers.check(2 * batch - 1)
-    if set_bytes:       # and the inputs are rewritten for each iteration's pattern
+    if set_bytes == 1:  # and the inputs are rewritten for each iteration's pattern
         buffers.fill(5)
         np.testing.assert_array_equal(buffers.sends(5)[0],
                                       (np.arange(37) + 15) % 13 + 2)

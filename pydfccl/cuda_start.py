@@ -44,9 +44,9 @@ def _driver():
 
 def begin(device: int = 0) -> None:
     """Start the driver and retain GPU ``device``'s primary context (the one Numba uses) in
-    a background thread, where the driver shows one. Does nothing where Numba's CUDA target is loaded already (nothing
-    left to overlap: the program may have chosen another GPU through it), under the
-    simulator, or when begun before."""
+    a background thread, where the driver shows that GPU. Does nothing where Numba's CUDA
+    target is loaded already (nothing left to overlap: the program may have chosen another
+    GPU through it), under the simulator, or when begun before."""
     global _thread
     with _lock:
         if _thread is not None or "numba.cuda" in sys.modules or simulated():

@@ -6,8 +6,9 @@ the set of its pattern: no copy at all after the first ``PERIOD`` iterations. Ou
 ``batch`` sets of receive buffers in turn, and every ``batch`` iterations (and after the last)
 all of them are read back in one copy and compared at once with the outputs of each
 pattern (``protocol.reference``), computed when the buffers are made, before the timed
-iterations. Every whole-array step of a check is a GIL hand-off among rank threads of one
-process, so a check is a few of them, not a few per collective. Within a set, every
+iterations. numpy lets go of the GIL in a step over a large array, and among rank threads
+of one process taking it back can cost more than the step, so a check is a few
+whole-array steps, not a few per collective. Within a set, every
 collective's buffer is a view of one allocation, starting at a 256-byte boundary as
 separate allocations would.
 
@@ -63,10 +64,11 @@ class ChaosBuffers:
 
     def __init__(self, comm, kinds: list[str], sizes: list[tuple[int, int]], dtype: str,
                  roots: list[int], splits: dict | None = None, set_bytes: int = SET_BYTES):
-        self.comm, self.kinds, self.roots, self.dtype = comm, kinds, roots, dtype
+        self.comm, self.kinds, self.roots = comm, kinds, roots
         self.splits = splits or {}
         self.sizes = sizes
-        itemsize = np.dtype(normalize_dtype(dtype)).itemsize
+        self._host_dtype = normalize_dtype(dtype)
+        itemsize = self._host_dtype.itemsize
         self.send_at, send_total = _layout([s for s, _ in sizes], itemsize)
         self.recv_at, self._recv_total = _layout([r for _, r in sizes], itemsize)
         self.input_sets = PERIOD if PERIOD * send_total * itemsize <= set_bytes else 1
@@ -85,7 +87,6 @@ class ChaosBuffers:
             self._pos[o:o + s] = np.arange(s)
             self._coll[o:o + s] = k
         self._ranks = np.arange(comm.nranks, dtype=np.int64) + 1
-        self._host_dtype = normalize_dtype(dtype)
         self._written: set = set()      # the phases whose input set holds them
         self._expected_of: dict = {}    # phase -> expected receive set
         self._defined = self._outputs = self._all_phases = None
@@ -137,9 +138,9 @@ class ChaosBuffers:
     def check(self, it: int, last: bool = False) -> int:
         """After iteration ``it``: once ``batch`` iterations' outputs are in (or after the
         ``last``), read them back in one copy and compare them with numpy's reference in a
-        few whole-array operations (each a GIL hand-off among rank threads); returns the
-        outputs verified (a reduce's only at its root), 0 between checks. AssertionError
-        names the first wrong element's iteration and collective."""
+        few whole-array operations; returns the outputs verified (a reduce's only at its
+        root), 0 between checks. AssertionError names the first wrong element's iteration
+        and collective."""
         sets = it % self.batch + 1
         if sets < self.batch and not last:
             return 0

@@ -89,3 +89,31 @@ def test_launch_and_init_all_import_numba_cuda_only_once_they_run():
                           env=dict(os.environ, NUMBA_ENABLE_CUDASIM="1"), timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1]) is False
+
+
+
+ORDER = """
+import json, sys
+import pydfccl
+from pydfccl import cuda_start
+seen = []
+cuda_start.begin = lambda device=0: seen.append("numba.cuda" in sys.modules)
+try:
+    %s
+except pydfccl.PydfcclError:        # the simulator: no rank threads, no init_all
+    pass
+print(json.dumps(seen))
+"""
+
+
+@pytest.mark.parametrize("call", ['pydfccl.launch(print, 2, backend="threads")',
+                                  "pydfccl.init_all(2)"])
+def test_launch_and_init_all_begin_before_they_import_the_runtime(call):
+    """On the user's path (``pydfccl.launch`` with rank threads, ``pydfccl.init_all``), in a
+    fresh process, the driver's start is begun before Numba's CUDA target is imported, so
+    the two overlap."""
+    proc = subprocess.run([sys.executable, "-c", ORDER % call], capture_output=True,
+                          text=True, env=dict(os.environ, NUMBA_ENABLE_CUDASIM="1"),
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [False]

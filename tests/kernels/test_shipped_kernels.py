@@ -56,8 +56,8 @@ def test_the_shipped_daemons_keep_todays_registers_and_stack_frame():
 def test_a_cubin_that_is_not_one_is_refused():
     with pytest.raises(ValueError, match="ELF"):
         kernel_resources(b"// PTX text, not a cubin", "daemon")
+    d = shipped_daemons()[0]
     with pytest.raises(KeyError, match="no symbol"):
-        d = shipped_daemons()[0]
         kernel_resources(d.image(), "not_the_daemon")
 
 

@@ -253,7 +253,6 @@ def test_closing_the_reader_waits_for_a_drain_and_ends_device_reads():
     assert len(reader.events()) == 3 and pool.reads == reads    # kept; no read after close
 
 
-
 def test_the_drain_waits_longer_while_the_rings_stay_nearly_empty():
     """Each drain is device copies that hand the GIL around rank threads: the wait doubles
     while the fullest ring gets under an eighth between drains, up to the longest, and

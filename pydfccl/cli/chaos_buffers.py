@@ -1,14 +1,14 @@
 """A rank's buffers for the chaos demo, made once and checked in bulk.
 
 The inputs repeat every ``PERIOD`` iterations, so each of the ``PERIOD`` input patterns is
-written to the device once, into a set of send buffers of its own, and an iteration runs on
-the set of its pattern: no copy at all after the first ``PERIOD`` iterations. Outputs go to
-``batch`` sets of receive buffers in turn, and every ``batch`` iterations (and after the last)
-all of them are read back in one copy and compared at once with the outputs of each
-pattern (``protocol.reference``), computed when the buffers are made, before the timed
-iterations. numpy lets go of the GIL in a step over a large array, and among rank threads
-of one process taking it back can cost more than the step, so a check is a few
-whole-array steps, not a few per collective. Within a set, every
+written to the device once, into a set of send buffers of its own, all in one copy when the
+buffers are made, and an iteration runs on the set of its pattern: no input copy at all in
+the timed iterations. Outputs go to ``batch`` sets of receive buffers in turn, and every
+``batch`` iterations (and after the last) all of them are read back in one copy and
+compared at once with the outputs of each pattern (``protocol.reference``), computed when
+the buffers are made, before the timed iterations. numpy lets go of the GIL in a step over
+a large array, and among rank threads of one process taking it back can cost more than the
+step, so a check is a few whole-array steps, not a few per collective. Within a set, every
 collective's buffer is a view of one allocation, starting at a 256-byte boundary as
 separate allocations would.
 
@@ -91,6 +91,11 @@ class ChaosBuffers:
         self._expected_of: dict = {}    # phase -> expected receive set
         self._defined = self._outputs = self._all_phases = None
         self._expected(0)
+        if self.input_sets == PERIOD:        # every input set, in one copy, before start()
+            mine = self._ranks[comm.rank:comm.rank + 1]
+            self.send_all[:] = np.concatenate(
+                [self._inputs(phase, mine)[0] for phase in range(PERIOD)])
+            self._written.update(range(PERIOD))
         if 2 * PERIOD * self._recv_total * itemsize <= set_bytes:   # all now, outside the
             self._all_phases = np.concatenate(                      # timed iterations
                 [self._expected(phase % PERIOD) for phase in range(2 * PERIOD)])
@@ -107,7 +112,8 @@ class ChaosBuffers:
     def fill(self, it: int) -> None:
         """Make iteration ``it``'s inputs of every rank (small integers, so that every sum
         is exact in every dtype) and write this rank's to its send buffers, in one copy,
-        unless its input set holds them already."""
+        unless its input set holds them already (every set does, where they fit in
+        ``SET_BYTES``)."""
         phase = it % PERIOD
         if phase in self._written:
             return

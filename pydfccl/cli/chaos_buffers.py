@@ -92,9 +92,7 @@ class ChaosBuffers:
         self._defined = self._outputs = self._all_phases = None
         self._expected(0)
         if self.input_sets == PERIOD:        # every input set, in one copy, before start()
-            mine = self._ranks[comm.rank:comm.rank + 1]
-            self.send_all[:] = np.concatenate(
-                [self._inputs(phase, mine)[0] for phase in range(PERIOD)])
+            self.send_all[:] = np.concatenate([self._my_inputs(p) for p in range(PERIOD)])
             self._written.update(range(PERIOD))
         if 2 * PERIOD * self._recv_total * itemsize <= set_bytes:   # all now, outside the
             self._all_phases = np.concatenate(                      # timed iterations
@@ -117,7 +115,7 @@ class ChaosBuffers:
         phase = it % PERIOD
         if phase in self._written:
             return
-        mine = self._inputs(phase, self._ranks[self.comm.rank:self.comm.rank + 1])[0]
+        mine = self._my_inputs(phase)
         first = (phase % self.input_sets) * mine.size
         self.send_all[first:first + mine.size] = mine
         if self.input_sets == PERIOD:
@@ -128,6 +126,10 @@ class ChaosBuffers:
         ``ranks`` (each rank's number + 1)."""
         base = (self._pos + 7 * self._coll + 3 * phase) % PERIOD
         return (base[None, :] + ranks[:, None]).astype(self._host_dtype)
+
+    def _my_inputs(self, phase: int) -> np.ndarray:
+        """This rank's row of ``_inputs``: its whole send set in iterations of ``phase``."""
+        return self._inputs(phase, self._ranks[self.comm.rank:self.comm.rank + 1])[0]
 
     def inputs(self, k: int, phase: int, every: np.ndarray | None = None) -> list[np.ndarray]:
         """Collective ``k``'s inputs of every rank in iterations of ``phase``, made as

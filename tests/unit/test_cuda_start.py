@@ -91,7 +91,6 @@ def test_launch_and_init_all_import_numba_cuda_only_once_they_run():
     assert json.loads(proc.stdout.strip().splitlines()[-1]) is False
 
 
-
 ORDER = """
 import json, sys
 import pydfccl

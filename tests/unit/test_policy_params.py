@@ -93,6 +93,47 @@ def test_an_undeclared_name_is_refused():
                nccl.order_key, typo, parameters=dict(QUIT_AFTER=Param.time(1000)))
 
 
+def test_a_policy_module_edited_and_reloaded_is_checked_as_it_now_reads(tmp_path,
+                                                                         monkeypatch):
+    """Functions are found in their file's syntax tree, parsed once a file: a decorated
+    one among them, and after an edit and a reload the new text, not the tree of before."""
+    module = tmp_path / "edited_policy.py"
+    body = """
+import functools
+
+
+def _same(fn):
+    return functools.wraps(fn)(fn)
+
+
+def _unused(params, idle):
+    return 0
+
+
+@_same
+def quit_after(params, idle):
+    return 1 if idle >= params[{index}] else 0
+"""
+    module.write_text(body.format(index="3"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import importlib
+
+    import edited_policy
+
+    nccl = get_policy("nccl")
+
+    def make(fn):
+        return Policy("edited", nccl.threshold_on_load, nccl.threshold_after_wait,
+                      nccl.tries_per_pass, nccl.order_key, fn,
+                      parameters=dict(QUIT_AFTER=Param.time(1000)))
+
+    with pytest.raises(ValueError, match=r"quit_after: reads params\[3\] by position"):
+        make(edited_policy.quit_after)
+    module.write_text(body.format(index="QUIT_AFTER") + "\n\n# edited\n")
+    edited = importlib.reload(edited_policy)
+    assert make(edited.quit_after).param_array()[0] == 1000
+
+
 def test_a_parameter_may_not_take_the_name_of_a_global_the_function_reads():
     """nccl's threshold reads the module's NEVER; a parameter NEVER would replace it."""
     with pytest.raises(ValueError, match="NEVER has the name of a global"):

@@ -6,3 +6,32 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+# The files that take longest, longest first (``pytest --durations=0`` measures them). With
+# ``-n 2 --dist loadfile`` each worker takes a whole file at a time, in the order of the
+# collection; xdist's default order (the files with the most tests first) handed out the
+# heaviest files of few tests (the PTX compile, build-kernels) last, where one of them ran
+# alone on one worker after the other had finished. Any file not named keeps its place.
+SLOWEST_FILES = (
+    "tests/unit/test_docs.py",
+    "tests/torch/test_torch_api.py",
+    "tests/torch/test_torch.py",
+    "tests/kernels/test_kernels_compile.py",
+    "tests/ranks/test_faults.py",
+    "tests/kernels/test_build_kernels.py",
+    "tests/ranks/test_net.py",
+    "property_tests/test_agreement.py",
+    "tests/ranks/test_soak.py",
+    "tests/torch/test_torch_faults.py",
+    "tests/ranks/test_engine.py",
+)
+
+
+def pytest_configure(config):
+    if getattr(config.option, "loadscopereorder", None):
+        config.option.loadscopereorder = False     # xdist keeps the order set below
+
+
+def pytest_collection_modifyitems(items):
+    first = {path: i for i, path in enumerate(SLOWEST_FILES)}
+    items.sort(key=lambda item: first.get(item.nodeid.split("::")[0], len(first)))

@@ -1,6 +1,7 @@
 """A policy's parameters: declared once by name, read by name, scaled per backend."""
 
 import pickle
+import sys
 
 import pytest
 
@@ -120,6 +121,7 @@ def quit_after(params, idle):
 
     import edited_policy
 
+    monkeypatch.setitem(sys.modules, "edited_policy", edited_policy)   # gone after the test
     nccl = get_policy("nccl")
 
     def make(fn):
@@ -129,7 +131,7 @@ def quit_after(params, idle):
 
     with pytest.raises(ValueError, match=r"quit_after: reads params\[3\] by position"):
         make(edited_policy.quit_after)
-    module.write_text(body.format(index="QUIT_AFTER") + "\n\n# edited\n")
+    module.write_text(body.format(index="QUIT_AFTER"))
     edited = importlib.reload(edited_policy)
     assert make(edited.quit_after).param_array()[0] == 1000
 

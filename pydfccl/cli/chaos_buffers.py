@@ -87,13 +87,11 @@ class ChaosBuffers:
             self._pos[o:o + s] = np.arange(s)
             self._coll[o:o + s] = k
         self._ranks = np.arange(comm.nranks, dtype=np.int64) + 1
-        self._written: set = set()      # the phases whose input set holds them
         self._expected_of: dict = {}    # phase -> expected receive set
         self._defined = self._outputs = self._all_phases = None
         self._expected(0)
         if self.input_sets == PERIOD:        # every input set, in one copy, before start()
             self.send_all[:] = np.concatenate([self._my_inputs(p) for p in range(PERIOD)])
-            self._written.update(range(PERIOD))
         if 2 * PERIOD * self._recv_total * itemsize <= set_bytes:   # all now, outside the
             self._all_phases = np.concatenate(                      # timed iterations
                 [self._expected(phase % PERIOD) for phase in range(2 * PERIOD)])
@@ -108,18 +106,12 @@ class ChaosBuffers:
         return self._recvs[it % self.batch]
 
     def fill(self, it: int) -> None:
-        """Make iteration ``it``'s inputs of every rank (small integers, so that every sum
-        is exact in every dtype) and write this rank's to its send buffers, in one copy,
-        unless its input set holds them already (every set does, where they fit in
-        ``SET_BYTES``)."""
-        phase = it % PERIOD
-        if phase in self._written:
-            return
-        mine = self._my_inputs(phase)
-        first = (phase % self.input_sets) * mine.size
-        self.send_all[first:first + mine.size] = mine
-        if self.input_sets == PERIOD:
-            self._written.add(phase)
+        """Write iteration ``it``'s inputs (small integers, so that every sum is exact in
+        every dtype) to this rank's send buffers, in one copy, where they share one set;
+        nothing where every pattern has a set of its own, written when the buffers were
+        made."""
+        if self.input_sets == 1:
+            self.send_all[:] = self._my_inputs(it % PERIOD)
 
     def _inputs(self, phase: int, ranks: np.ndarray) -> np.ndarray:
         """The whole send set's inputs in iterations of ``phase``, a row for each of

@@ -56,6 +56,19 @@ def measure(cache_dir: str, policy: str, count: int, numba_dir: str | None = Non
     return report
 
 
+def _byte_code_note(uncompiled: dict[str, int]) -> str:
+    """A line naming the packages a warm process compiled from source, if any."""
+    if not uncompiled:
+        return ""
+    ranked = sorted(uncompiled.items(), key=lambda kv: -kv[1])
+    named = ", ".join(f"{top} {n}" for top, n in ranked[:5])
+    if len(ranked) > 5:
+        named += f", {sum(n for _, n in ranked[5:])} in {len(ranked) - 5} more"
+    return (f"Byte code: {sum(uncompiled.values())} imported modules had none cached, so "
+            f"each process compiled them from source ({named}): `python -m compileall` "
+            "on their directories, as pip's install does, takes that off every start.")
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m pydfccl bench startup", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -103,9 +116,13 @@ def main(argv: list[str]) -> int:
     if all(b is not None for b in beside):
         print(f"The CUDA driver and context, started in a thread beside the runtime's imports, "
               f"took {beside[0]:.3f} s cold, {statistics.median(beside[1:]):.3f} s warm.")
+    note = _byte_code_note(warm[-1].get("uncompiled", {}))
+    if note:
+        print(note)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(dict(backend=cold["backend"], policy=args.policy, baseline=baseline,
                            cold=cold["phases"], warm=[w["phases"] for w in warm],
-                           prebuilt=prebuilt and prebuilt["phases"]), f, indent=1)
+                           prebuilt=prebuilt and prebuilt["phases"],
+                           uncompiled=warm[-1].get("uncompiled", {})), f, indent=1)
     return 0

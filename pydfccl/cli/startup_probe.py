@@ -7,10 +7,13 @@ it uses is the environment's (``PYDFCCL_CACHE_DIR``)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
+import sys
 import time
 
-__all__ = ["PROBE", "first_collective", "main"]
+__all__ = ["PROBE", "first_collective", "sources_without_byte_code", "main"]
 
 PROBE = ("import sys, time; t = time.perf_counter(); import pydfccl; "
          "t = time.perf_counter() - t; from pydfccl.cli.startup_probe import main; "
@@ -38,6 +41,22 @@ def first_collective(comm, count: int) -> dict:
     t2 = time.perf_counter()
     return dict(began=began, start=t1 - t0, first=t2 - t1, verified_at=time.time(),
                 ok=bool(np.all(got == expected)))
+
+
+def sources_without_byte_code(modules=None) -> dict[str, int]:
+    """How many imported modules, by top-level package, have no cached byte code: every
+    process compiles their source again, a start-up cost that pip's install avoids by
+    writing the byte code, and that PYTHONDONTWRITEBYTECODE or a read-only package directory
+    keeps Python from avoiding later."""
+    counts: dict[str, int] = {}
+    for name, module in list((sys.modules if modules is None else modules).items()):
+        source = getattr(module, "__file__", None)
+        if not source or not source.endswith(".py"):
+            continue
+        if not os.path.exists(importlib.util.cache_from_source(source)):
+            top = name.partition(".")[0]
+            counts[top] = counts.get(top, 0) + 1
+    return counts
 
 
 def main(argv: list[str], import_seconds: float) -> int:
@@ -73,5 +92,6 @@ def main(argv: list[str], import_seconds: float) -> int:
     print(json.dumps(dict(phases=phases, verified_at=verified_at,
                           context_beside_imports=cuda_start.background_seconds(),
                           ok=all(r["ok"] for r in ranks),
+                          uncompiled=sources_without_byte_code(),
                           backend=pydfccl.platform.backend.name)))
     return 0

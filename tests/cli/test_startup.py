@@ -58,3 +58,27 @@ def test_each_daemon_a_program_starts_is_logged_with_how_it_was_got():
     made = [line for line in proc.stderr.splitlines() if "INFO daemon dfccl for" in line]
     assert len(made) == 2, proc.stderr[-3000:]          # one a rank process, each once
     assert all("made (the simulator compiles nothing)" in line for line in made)
+
+
+def test_modules_without_cached_byte_code_are_counted_by_package(tmp_path):
+    import py_compile
+    import types
+
+    from pydfccl.cli.startup import _byte_code_note
+    from pydfccl.cli.startup_probe import sources_without_byte_code
+
+    modules = {}
+    for name in ("pkg", "pkg.cached", "pkg.bare", "other.bare"):
+        source = tmp_path / f"{name}.py"
+        source.write_text("x = 1\n")
+        modules[name] = types.ModuleType(name)
+        modules[name].__file__ = str(source)
+    py_compile.compile(modules["pkg.cached"].__file__, doraise=True)
+    modules["builtin"] = types.ModuleType("builtin")            # no file: not counted
+    assert sources_without_byte_code(modules) == {"pkg": 2, "other": 1}
+    note = _byte_code_note({"pkg": 2, "other": 1})
+    assert note.startswith("Byte code: 3 imported modules had none cached")
+    assert "(pkg 2, other 1)" in note
+    assert _byte_code_note({}) == ""
+    many = _byte_code_note({f"p{i}": 10 - i for i in range(8)})
+    assert "(p0 10, p1 9, p2 8, p3 7, p4 6, 12 in 3 more)" in many

@@ -61,9 +61,11 @@ OUT=${OUT:-out}
 LOGS=${LOGS:-/tmp/pydfccl_acceptance_logs}
 mkdir -p "$OUT" "$LOGS"
 # Wheels in .whl/ (if any) replace the machine's: numpy < 2.5 (numba-cuda 0.30 needs it)
-# and ml_dtypes < 0.7 (pyproject.toml pins it: 0.7's import takes half a second).
+# and ml_dtypes < 0.7 (pyproject.toml pins it: 0.7's import takes half a second). Byte code
+# is written as pip's install writes it, here and for pydfccl below, so that start-up is
+# measured as an installed package starts rather than compiling its sources in every process.
 if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  python3 -m pip install -q --no-index --no-deps --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || exit 1
   export PYTHONPATH=/tmp/site
 fi
@@ -78,6 +80,7 @@ if ls .whl/mpi/*.whl >/dev/null 2>&1; then
   export PYTHONPATH
 fi
 export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD" PYTHONUNBUFFERED=1
+python3 -m compileall -q pydfccl
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1   # for mpiexec run as root
 SUMMARY="$OUT/summary.txt"

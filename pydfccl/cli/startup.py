@@ -24,9 +24,10 @@ import time
 
 from ..sched.policies import policy_names
 from .exits import CommandError, UsageError
-from .startup_probe import PROBE
+from ..cuda_env import WORK_QUEUES
+from .startup_probe import CONTEXT_PROBE, PROBE
 
-__all__ = ["measure", "main"]
+__all__ = ["measure", "context_alone", "main"]
 
 BASELINE = "python -c pass (baseline)"
 TO_RESULT = "process start to the verified result"
@@ -54,6 +55,16 @@ def measure(cache_dir: str, policy: str, count: int, numba_dir: str | None = Non
     report["phases"][TO_RESULT] = report.pop("verified_at") - spawned
     report["phases"][WHOLE] = wall
     return report
+
+
+def context_alone(env: dict) -> float | None:
+    """Seconds from starting a bare process to the GPU's context made in it (with ``env``'s
+    work queues), or None where there is no CUDA driver: the floor under any start-up."""
+    spawned = time.time()
+    proc = subprocess.run([sys.executable, "-c", CONTEXT_PROBE], env=env, capture_output=True,
+                          text=True, timeout=300)
+    made = json.loads(proc.stdout.strip() or "null") if proc.returncode == 0 else None
+    return None if made is None else made - spawned
 
 
 def _byte_code_note(uncompiled: dict[str, int]) -> str:
@@ -116,6 +127,11 @@ def main(argv: list[str]) -> int:
     if all(b is not None for b in beside):
         print(f"The CUDA driver and context, started in a thread beside the runtime's imports, "
               f"took {beside[0]:.3f} s cold, {statistics.median(beside[1:]):.3f} s warm.")
+    floor = context_alone(env)
+    if floor is not None:
+        print(f"A bare process that only starts the driver and makes the context "
+              f"({WORK_QUEUES}={env.get(WORK_QUEUES, 'unset')}) has it after {floor:.3f} s: "
+              f"the floor under the start-up above.")
     note = _byte_code_note(warm[-1].get("uncompiled", {}))
     if note:
         print(note)
@@ -124,5 +140,6 @@ def main(argv: list[str]) -> int:
             json.dump(dict(backend=cold["backend"], policy=args.policy, baseline=baseline,
                            cold=cold["phases"], warm=[w["phases"] for w in warm],
                            prebuilt=prebuilt and prebuilt["phases"],
-                           uncompiled=warm[-1].get("uncompiled", {})), f, indent=1)
+                           uncompiled=warm[-1].get("uncompiled", {}),
+                           context_alone=floor), f, indent=1)
     return 0

@@ -13,7 +13,23 @@ import os
 import sys
 import time
 
-__all__ = ["PROBE", "first_collective", "sources_without_byte_code", "main"]
+__all__ = ["PROBE", "CONTEXT_PROBE", "first_collective", "sources_without_byte_code", "main"]
+
+# A bare process that only starts the CUDA driver and makes the GPU's primary context (with
+# the environment's work queues): the part of a start that no import or launcher can take off.
+# Prints the wall-clock time at which the context was made, or null without a driver.
+CONTEXT_PROBE = """
+import ctypes, time
+try:
+    lib = ctypes.CDLL("libcuda.so.1")
+except OSError:
+    lib = None
+device, context = ctypes.c_int(0), ctypes.c_void_p()
+made = (lib is not None and lib.cuInit(0) == 0
+        and lib.cuDeviceGet(ctypes.byref(device), 0) == 0
+        and lib.cuDevicePrimaryCtxRetain(ctypes.byref(context), device) == 0)
+print(repr(time.time()) if made else "null")
+"""
 
 PROBE = ("import sys, time; t = time.perf_counter(); import pydfccl; "
          "t = time.perf_counter() - t; from pydfccl.cli.startup_probe import main; "

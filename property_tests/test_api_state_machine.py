@@ -26,7 +26,8 @@ from hypothesis.stateful import (RuleBasedStateMachine, invariant, precondition,
 
 import pydfccl
 from pydfccl import AbortedError, PydfcclError
-from pydfccl.host.world import World, WorldConfig
+from pydfccl.host.world import World
+from pydfccl.host.world_config import WorldConfig
 
 EXAMPLES = 2000 if os.environ.get("HYPOTHESIS_PROFILE") == "deep" else 200
 STEPS = 15

@@ -48,7 +48,8 @@ def init_all(nranks: int, *, policy="dfccl", watchdog_timeout: float | None = No
     cuda_start.begin()         # beside the runtime's import, as launch() does
     from .. import platform
     from ..host.communicator import Communicator
-    from ..host.world import World, WorldConfig
+    from ..host.world import World
+    from ..host.world_config import WorldConfig
 
     if not platform.gpu_available():
         raise PydfcclError("init_all() needs a GPU: without one each rank is a simulated "

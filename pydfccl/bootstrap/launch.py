@@ -38,9 +38,9 @@ def default_backend() -> str:
         if chosen not in BACKENDS:
             raise ValueError(f"PYDFCCL_BACKEND={chosen!r}; choose from {BACKENDS}")
         return chosen
-    from .. import platform
+    from ..host.world_config import on_gpu
 
-    return "threads" if platform.gpu_available() else "processes"
+    return "threads" if on_gpu() else "processes"
 
 
 def launch(worker, nranks: int, *, policy="dfccl", backend: str | None = None,
@@ -110,7 +110,8 @@ class _ThreadExchange:
 def _launch_threads(worker, nranks, options, timeout, args, config):
     from .. import platform
     from ..host.communicator import Communicator
-    from ..host.world import World, WorldConfig
+    from ..host.world import World
+    from ..host.world_config import WorldConfig
     from .processes import START_TIMEOUT
 
     if platform.backend.one_kernel_per_process:

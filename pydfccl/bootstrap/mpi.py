@@ -75,7 +75,8 @@ def _shared_world(group, config, nodes: list[int]):
     """The World of this rank: the lowest rank of each node makes its node's segments, the
     others attach to them; it unlinks them once everyone has, so that nothing is left
     behind however the job ends. Ranks on other nodes get shadows (``World``)."""
-    from ..host.world import World, new_segment
+    from ..host.world import World
+    from ..host.world_config import new_segment
 
     sizes = [config.ctl_bytes] + ([config.nranks * config.pool_bytes] if config.simulator else [])
     leader = nodes.index(nodes[group.rank])
@@ -165,7 +166,8 @@ def communicator_from_group(group, *, policy="dfccl", watchdog_timeout=None,
     per rank)."""
     from .. import platform
     from ..host.communicator import Communicator
-    from ..host.world import MAX_THREADS, WorldConfig, gpu_nblocks
+    from ..host.world_config import WorldConfig, gpu_nblocks
+    from ..kernels.limits import MAX_THREADS
     from .topology import check_one_host, node_indices, over_mpi, rank_hosts
 
     hosts = rank_hosts(group)

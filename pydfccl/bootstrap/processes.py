@@ -32,11 +32,9 @@ from multiprocessing.reduction import ForkingPickler
 
 import numpy as np
 
-from .. import platform
 from ..cuda_env import chose_work_queues, one_rank_per_process
 from ..errors import PydfcclError
-from ..host.communicator import Communicator
-from ..host.world import World, WorldConfig, new_segment
+from ..host.world_config import WorldConfig, new_segment, on_gpu
 from ..protocol import layout as L
 from .failures import raise_first
 
@@ -89,6 +87,9 @@ def _rank_process(rank, config, shm_names, options, worker, pipe, args, parent,
     one_rank_per_process(parent_chose_queues)     # before this process starts CUDA
     _die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # Ctrl-C is the launcher's to handle
+    # Here, in the rank: the launcher needs none of these, nor the Numba they import.
+    from ..host.communicator import Communicator
+    from ..host.world import World
     from .mpi import choose_gpu
 
     cfg = WorldConfig(**config)
@@ -138,7 +139,7 @@ def _check_sendable(worker, options: dict, args: tuple) -> None:
 
 def launch_processes(worker, nranks, options, timeout, args, config):
     _check_sendable(worker, options, args)
-    simulator = not platform.gpu_available()
+    simulator = not on_gpu()
     config = dict(WorldConfig(nranks, simulator=simulator, **config).as_dict())
     cfg = WorldConfig(**config)
     if simulator:

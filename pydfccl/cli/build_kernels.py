@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 
-from ..kernels.compiler import MAX_THREADS
+from ..kernels.limits import MAX_THREADS
 from ..sched.policies import policy_names
 from .exits import UsageError
 

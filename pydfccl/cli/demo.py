@@ -18,12 +18,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .. import platform
 from ..bootstrap.launch import BACKENDS, launch
 from ..bootstrap.mpi import current_group, run_in_group
 from ..errors import DeadlockError, RankFailedError
 from ..host.trace import (MARK_RESULT, MARK_RUN, MARK_SUBMITTING, clock_offset_ns, host_mark,
                           on_daemon_clock, to_chrome)
+from ..host.world_config import on_gpu
 from ..protocol.codes import COLLECTIVE_KINDS, PER_PEER_COUNTS
 from ..protocol.reference import buffer_elems
 from ..sched.policies import Policy
@@ -250,7 +250,7 @@ def write_trace(opts: DemoOptions, events: list, path: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    gpu = platform.gpu_available()
+    gpu = on_gpu()
     p = argparse.ArgumentParser(prog="python -m pydfccl demo", description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("-n", "--nranks", type=int, default=4 if gpu else 3, help="ranks")

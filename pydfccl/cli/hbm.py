@@ -32,7 +32,7 @@ from ..protocol.collectives import collective
 from ..kernels.plans import table_kind
 from ..kernels.primitives import F_ALL, F_RECV, F_SEND, F_USER_IN, F_USER_OUT
 from ..kernels.ring import channel_count
-from ..host.world import machine_sizes
+from ..host.world_config import machine_sizes
 
 __all__ = ["rank_traffic", "hbm_bytes", "all_reduce_hbm_bytes", "one_shot_hbm_bytes",
            "copy_bandwidth",

@@ -8,9 +8,8 @@ from __future__ import annotations
 import argparse
 from dataclasses import fields
 
-from .. import platform
 from ..bootstrap.launch import default_backend
-from ..host.world import WorldConfig
+from ..host.world_config import WorldConfig, on_gpu
 from ..sched.choice import parse_params
 from ..sched.plugins import spec_of
 from ..sched.policies import Policy, get_policy, policy_names
@@ -79,7 +78,7 @@ def check_backend(backend: str | None) -> None:
         chosen = backend or default_backend()
     except ValueError as exc:       # PYDFCCL_BACKEND names none
         raise UsageError(str(exc)) from None
-    if chosen == "threads" and not platform.gpu_available():
+    if chosen == "threads" and not on_gpu():
         raise UsageError("--backend threads needs a GPU (the simulator runs a process per "
                          "rank: --backend processes)")
 
@@ -90,7 +89,7 @@ def check_world_sizes(nranks: int, flags: dict | None = None, **sizes) -> None:
     ``--slot-bytes`` for slot_bytes or what ``flags`` maps a size to."""
     given = {k: v for k, v in sizes.items() if v is not None}
     try:
-        WorldConfig(nranks, simulator=not platform.gpu_available(), **given)
+        WorldConfig(nranks, simulator=not on_gpu(), **given)
     except ValueError as exc:
         name, _, rest = str(exc).replace("WorldConfig: ", "").partition(" ")
         flag = (flags or {}).get(name) or (f"--{name.replace('_', '-')}" if name in given
@@ -100,4 +99,4 @@ def check_world_sizes(nranks: int, flags: dict | None = None, **sizes) -> None:
 
 def where() -> str:
     """Where the kernels run, for a header line."""
-    return "GPU" if platform.gpu_available() else "CUDA simulator (CPU)"
+    return "GPU" if on_gpu() else "CUDA simulator (CPU)"

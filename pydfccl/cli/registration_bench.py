@@ -111,5 +111,5 @@ def main(argv: list[str]) -> int:
 
 def _slots(max_colls) -> int:
     """The daemon's slots this machine's worlds have (``WorldConfig.max_colls``)."""
-    from ..host.world import WorldConfig
+    from ..host.world_config import WorldConfig
     return WorldConfig(1, max_colls=max_colls).max_colls

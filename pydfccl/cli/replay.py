@@ -31,7 +31,7 @@ from ..protocol.collectives import split_output
 from ..protocol.reference import reference
 from ..sched.model import Schedule, run_schedule
 from ..sched.plugins import spec_of
-from ..host.world import WorldConfig
+from ..host.world_config import WorldConfig
 
 __all__ = ["replay", "replay_worker", "load_schedule", "input_values", "expected_values",
            "model_values", "predict", "completion_order", "check_replayable",

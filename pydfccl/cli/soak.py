@@ -16,7 +16,7 @@ import argparse
 import sys
 
 from .. import platform
-from ..host.world import WorldConfig
+from ..host.world_config import WorldConfig
 from .exits import UsageError
 from .options import (add_policy_options, check_backend, chosen_policy, policy_label,
                       policy_name, where)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..host.world import WorldConfig
+from ..host.world_config import WorldConfig
 from ..protocol.codes import COLLECTIVE_KINDS, DTYPES, OPS, OUT_OF_PLACE_ONLY
 from ..protocol.reference import buffer_elems, reference
 from ..sched.policies import Policy

@@ -85,12 +85,13 @@ def main(argv: list[str], import_seconds: float) -> int:
 
     t = time.perf_counter()
     cuda_start.begin()     # as launch() does: the driver and context beside the imports
+    from pydfccl import platform   # Numba's CUDA target, and the backend
     from pydfccl.host.daemons import daemon_for
-    from pydfccl.host.world import WorldConfig
+    from pydfccl.host.world_config import WorldConfig
     phases["runtime modules (numba.cuda)"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    pydfccl.platform.backend.open_context()
+    platform.backend.open_context()
     phases["CUDA context, after the imports"] = time.perf_counter() - t
 
     t = time.perf_counter()

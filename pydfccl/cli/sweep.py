@@ -40,7 +40,7 @@ import traceback
 
 from .. import platform
 from ..bootstrap.launch import BACKENDS, default_backend
-from ..host.world import machine_sizes
+from ..host.world_config import machine_sizes
 from ..kernels.plans import one_shot_limit
 from ..protocol.codes import COLLECTIVE_KINDS, DTYPES, OPS
 from .exits import UsageError

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from .. import platform
 from ..bootstrap.launch import default_backend
-from ..host.world import WorldConfig
+from ..host.world_config import WorldConfig
 from ..protocol.codes import storage_dtype
 from . import hbm
 from .sweep_measure import all_ranks_on_this_gpu

@@ -21,7 +21,7 @@ def daemon_for(policy, nthreads: int):
     register cap in a process, made when the first communicator that needs it starts).
     Logged at INFO: where it came from (shipped with the package, the kernel cache, a
     compile) and how long that took."""
-    from ..kernels.compiler import register_cap
+    from ..kernels.limits import register_cap
 
     key = (policy.name, policy.functions, register_cap(nthreads))
     with _daemons_lock:

@@ -10,7 +10,6 @@ import threading
 import numpy as np
 
 from ..protocol import layout as L
-from .. import platform
 
 __all__ = ["TraceReader", "TRACE_KEEP", "TRACE_DRAIN_SECONDS", "next_drain_interval",
            "HOST_TRACK", "MARK_SUBMITTING", "MARK_RUN",
@@ -167,6 +166,8 @@ def host_mark(rank: int, what: str, coll=None, loop: int = 0) -> dict:
     the host's reading of their clock (``platform.event_clock_ns``; ``clock_offset_ns``
     then corrects it), so that a timeline shows where the host's time went beside the
     GPU's: ``what`` names it ("host: ..."), ``coll`` the collective."""
+    from .. import platform      # a rank's, loaded by then; not the launcher's to import
+
     return dict(t_ns=platform.event_clock_ns(), rank=rank, block=HOST_TRACK, event=what,
                 coll=coll, loop=loop, step=0)
 

@@ -65,8 +65,9 @@ def build_daemon(policy_name: str, nthreads: int, cc: tuple[int, int] = (9, 0)) 
     from numba.cuda.dispatcher import _Kernel
 
     from ..sched.policies import get_policy
-    from .compiler import cache_key, register_cap
+    from .compiler import cache_key
     from .daemon import DAEMON_SIGNATURE, make_daemon
+    from .limits import register_cap
     from .memory import SIMULATOR
 
     if SIMULATOR:

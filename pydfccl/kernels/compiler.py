@@ -9,7 +9,7 @@ Two things that plain ``cuda.jit(cache=True)`` gets wrong for the daemon:
   policy's functions instead, which is what the machine code depends on.
 * **A policy could exhaust the registers.** Compiled with the ``nccl`` policy's constants the
   daemon took more than 128 registers per thread and could not launch 512 threads
-  (``CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES``). The cap (:func:`register_cap`) follows the
+  (``CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES``). The cap (``limits.register_cap``) follows the
   block's width: 128 for 512 threads, which makes every policy launchable, and more for
   narrower blocks, so that thread 0's scheduler keeps its state in registers. Under the
   128 cap ptxas spills (CUDA 13.5's nvJitLink for sm_90, the dfccl daemon: a
@@ -30,11 +30,7 @@ from numba import cuda
 
 from .memory import SIMULATOR
 
-__all__ = ["MAX_THREADS", "SM_REGISTERS", "daemon_kernel", "register_cap", "blocks_per_sm",
-           "cache_key", "fingerprint"]
-
-MAX_THREADS = 512                         # threads per daemon block, at most
-SM_REGISTERS = 65536                      # a multiprocessor's register file (sm_90)
+__all__ = ["daemon_kernel", "cache_key", "fingerprint"]
 
 _PACKAGE = Path(__file__).resolve().parent.parent
 # The files whose text becomes the daemon's machine code (the kernels and the constants
@@ -68,20 +64,6 @@ def cache_key(policy, registers: int, variant: str = "") -> str:
     """The disk-cache key of ``policy``'s daemon with ``registers`` a thread: the content of
     its sources (never their paths or times), so that it survives reinstalling."""
     return f"{fingerprint(policy)}-r{registers}{variant}"
-
-
-def register_cap(nthreads: int) -> int:
-    """The registers a daemon thread may use in blocks of ``nthreads``: an SM's file
-    (65,536) shared by one full block, in the 8-register steps a warp is given them, 255 at
-    most (the instruction set's limit)."""
-    return min(255, SM_REGISTERS // max(1, nthreads) // 8 * 8)
-
-
-def blocks_per_sm(nthreads: int) -> int:
-    """Daemon blocks of ``nthreads`` one multiprocessor holds at once: its registers over a
-    block's (whole warps at ``register_cap``); one for 256 threads and more."""
-    warps_threads = -(-nthreads // 32) * 32
-    return max(1, SM_REGISTERS // (warps_threads * register_cap(nthreads)))
 
 
 if SIMULATOR:

@@ -42,8 +42,9 @@ from numba import cuda
 from ..protocol import layout as L
 from ..sched.policies import PARAM_SLOTS, PREEMPTED
 from . import step_profile
-from .compiler import MAX_THREADS, daemon_kernel, register_cap
+from .compiler import daemon_kernel
 from .divide import remainder
+from .limits import MAX_THREADS, register_cap
 from .memory import (as_array, atomic_add_gpu, atomic_max_gpu, backoff, fence_gpu, fence_sys,
                      load16, load_acquire, load_volatile, now_ns, sm_id, store16,
                      store_volatile)
@@ -364,7 +365,7 @@ def _finish(st, sh, ctl, pool, colls, tasks, coll, block):
 
 def make_daemon(policy, nthreads: int = MAX_THREADS):
     """Compile ``policy`` into a daemon kernel (all its functions become device code) for
-    blocks of up to ``nthreads`` threads (``compiler.register_cap``)."""
+    blocks of up to ``nthreads`` threads (``limits.register_cap``)."""
     threshold_on_load = cuda.jit(device=True)(policy.threshold_on_load)
     threshold_after_wait = cuda.jit(device=True)(policy.threshold_after_wait)
     tries_per_pass = cuda.jit(device=True)(policy.tries_per_pass)

@@ -3,7 +3,7 @@
 A cubin is an ELF file; its ``.nv.info`` section holds, per function, the registers a
 thread uses (``EIATTR_REGCOUNT``) and its stack frame (``EIATTR_FRAME_SIZE``), where
 ptxas puts what it spills when the register cap is too tight for the code. The daemon
-runs under a cap (``kernels.compiler.register_cap``), so a change to its device code can
+runs under a cap (``kernels.limits.register_cap``), so a change to its device code can
 trade registers for a larger frame, slower in every step: ``build-kernels`` prints both
 and a test holds the shipped daemons to their figures.
 """

@@ -51,7 +51,7 @@ def ring_order(kind: str, elems: int, nranks: int, root: int = 0, *, itemsize: i
         raise ValueError(f"{kind!r} does not reduce")
     from ..kernels.plans import one_shot
     from ..kernels.ring import channel_count
-    from ..host.world import machine_sizes
+    from ..host.world_config import machine_sizes
 
     nblocks, slot_bytes = machine_sizes(nranks, nblocks, slot_bytes)
 

@@ -12,9 +12,9 @@ import sys
 
 import pytest
 
-from pydfccl.kernels.compiler import blocks_per_sm, register_cap
+from pydfccl.kernels.limits import blocks_per_sm, register_cap
 from pydfccl.sched.policies import policy_names
-from pydfccl.host.world import WorldConfig
+from pydfccl.host.world_config import WorldConfig
 
 SCRIPT = """
 import json, sys

@@ -13,7 +13,7 @@ import shared_workers
 from pydfccl.cli.demo import DemoOptions, run_demo
 from pydfccl.kernels.plans import ONE_SHOT, ONE_SHOT_BYTES, lane_bytes, one_shot, table_kind
 from pydfccl.protocol.reference import _reduce, reference
-from pydfccl.host.world import machine_sizes
+from pydfccl.host.world_config import machine_sizes
 
 SLOT = 256      # a slot size for the arithmetic of lanes (the simulator's default)
 

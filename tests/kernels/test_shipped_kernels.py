@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from pydfccl.host import daemons
-from pydfccl.kernels.compiler import MAX_THREADS, cache_key, register_cap
+from pydfccl.kernels.compiler import cache_key
+from pydfccl.kernels.limits import MAX_THREADS, register_cap
 from pydfccl.kernels.daemon import DAEMON_SIGNATURE
 from pydfccl.kernels.shipped import (SHIPPED_DIR, ShippedDaemon, find_shipped, ship,
                                      shipped_daemons)

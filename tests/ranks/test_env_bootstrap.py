@@ -107,7 +107,7 @@ def test_a_killed_rank_is_named_at_once_from_its_process(tmp_path):
 
 
 def test_world_segments_are_named_after_their_maker():
-    from pydfccl.host.world import new_segment
+    from pydfccl.host.world_config import new_segment
 
     segment = new_segment(64)
     try:

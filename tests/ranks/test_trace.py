@@ -13,7 +13,7 @@ import shared_workers
 from pydfccl.kernels.plans import one_shot
 from pydfccl.kernels.ring import channel_count
 from pydfccl.host.trace import to_chrome
-from pydfccl.host.world import machine_sizes
+from pydfccl.host.world_config import machine_sizes
 
 
 def _runs(events):

@@ -7,7 +7,7 @@ import pytest
 from pydfccl.errors import PydfcclError
 from pydfccl.host.catalog import Catalog
 from pydfccl.host.rankstate import Phase, RankState
-from pydfccl.host.world import WorldConfig
+from pydfccl.host.world_config import WorldConfig
 from pydfccl.protocol import layout as L
 
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from pydfccl.protocol import layout as L
-from pydfccl.host.world import WorldConfig
+from pydfccl.host.world_config import WorldConfig
 
 
 def test_record_sizes_are_fixed_and_aligned():
@@ -50,19 +50,19 @@ def test_gpu_worlds_take_32_channels_or_their_share_of_a_shared_gpu(monkeypatch)
     """Every rank's daemon blocks must fit on the GPU at once (a block of 256 threads or more
     fills a multiprocessor's registers): 32 channels a rank while they do, else the largest
     power of two that does; a size given is kept. The simulator's default stays one block."""
-    from pydfccl.host import world
+    from pydfccl.host import world_config
 
-    monkeypatch.setattr(world, "multiprocessors", lambda: 132)     # an H200
-    assert [world.gpu_nblocks(n) for n in (1, 2, 4, 5, 8, 16, 132, 200)] == \
+    monkeypatch.setattr(world_config, "multiprocessors", lambda: 132)    # an H200
+    assert [world_config.gpu_nblocks(n) for n in (1, 2, 4, 5, 8, 16, 132, 200)] == \
         [32, 32, 32, 16, 16, 8, 1, 1]
     assert WorldConfig(8, simulator=False).nblocks == 16
     assert WorldConfig(8, simulator=False, nthreads=128).nblocks == 32   # two a multiprocessor
     assert WorldConfig(8, simulator=False, nblocks=3).nblocks == 3
     assert WorldConfig(8, simulator=True).nblocks == 1
-    monkeypatch.setattr(world, "multiprocessors", lambda: 78)      # a smaller GPU
-    assert world.gpu_nblocks(4) == 16
-    monkeypatch.setattr(world, "multiprocessors", lambda: None)    # no GPU: sized for an H200
-    assert world.gpu_nblocks(4) == 32
+    monkeypatch.setattr(world_config, "multiprocessors", lambda: 78)     # a smaller GPU
+    assert world_config.gpu_nblocks(4) == 16
+    monkeypatch.setattr(world_config, "multiprocessors", lambda: None)   # no GPU: an H200
+    assert world_config.gpu_nblocks(4) == 32
 
 
 def test_a_world_whose_daemons_cannot_all_be_resident_is_warned_of(monkeypatch, caplog):

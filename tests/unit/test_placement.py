@@ -66,9 +66,9 @@ def test_gpu_daemons_fit_on_their_gpu_together(monkeypatch, ranks_on_gpu, daemon
     """Every daemon of every rank on a GPU can be resident at once: a daemon that could not
     would wait for room behind daemons that wait for it (they quit, but slowly). A torch job
     makes several groups a rank, each with its own daemon (backend.DAEMONS_PER_RANK)."""
-    from pydfccl.host import world
+    from pydfccl.host import world_config
 
-    monkeypatch.setattr(world, "multiprocessors", lambda: 132)
-    got = world.gpu_nblocks(ranks_on_gpu * daemons_per_rank)
+    monkeypatch.setattr(world_config, "multiprocessors", lambda: 132)
+    got = world_config.gpu_nblocks(ranks_on_gpu * daemons_per_rank)
     assert got == nblocks
-    assert got * ranks_on_gpu * daemons_per_rank <= world.resident_blocks(512, 132)
+    assert got * ranks_on_gpu * daemons_per_rank <= world_config.resident_blocks(512, 132)

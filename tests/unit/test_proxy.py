@@ -11,7 +11,9 @@ import types
 import numpy as np
 import pytest
 
-from pydfccl.host.world import World, WorldConfig
+from pydfccl.host.world import World
+
+from pydfccl.host.world_config import WorldConfig
 from pydfccl.protocol import layout as L
 from pydfccl.protocol.collectives import ONE_SHOT
 from pydfccl.transport.proxy import NetProxy

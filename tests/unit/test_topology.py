@@ -92,7 +92,7 @@ def test_ranks_on_two_hosts_pass_under_mpi_and_are_refused_without():
 
 
 def test_pairs_by_transport():
-    from pydfccl.host.world import pair_transports
+    from pydfccl.host.world_config import pair_transports
     from pydfccl.transport.summary import describe_transports
 
     assert pair_transports([0, 0, 1, 1]) == {"ipc": 2, "mpi": 4}

@@ -1,0 +1,42 @@
+"""A program that starts rank processes on the simulator: the launcher itself only sizes
+their world, spawns and supervises them, and imports no Numba (0.4-0.5 s of CPU before the
+first rank could start); the ranks import it and run as before."""
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_launcher_of_simulated_rank_processes_imports_no_numba(tmp_path):
+    (tmp_path / "job.py").write_text(textwrap.dedent("""
+        import sys
+
+        import numpy as np
+        import pydfccl
+
+
+        def worker(comm):
+            comm.prepare(0, "all_reduce", count=4, dtype="float32")
+            comm.start()
+            x = comm.empty(4, "float32")
+            x[...] = comm.rank + 1
+            comm.run(0, x).result(timeout=120)
+            return np.asarray(x).tolist(), "numba.cuda" in sys.modules
+
+
+        if __name__ == "__main__":
+            print(pydfccl.launch(worker, 2))
+            print("launcher:", sorted(m for m in sys.modules if m.partition(".")[0] == "numba"))
+    """))
+    proc = subprocess.run([sys.executable, str(tmp_path / "job.py")], cwd=tmp_path,
+                          env=dict(os.environ, NUMBA_ENABLE_CUDASIM="1",
+                                   PYTHONPATH=str(ROOT)),
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results, launcher = proc.stdout.strip().splitlines()[-2:]
+    assert results == str([([3.0] * 4, True)] * 2)      # summed, by ranks that ran Numba
+    assert launcher == "launcher: []"

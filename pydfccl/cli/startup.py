@@ -22,9 +22,9 @@ import sys
 import tempfile
 import time
 
+from ..cuda_env import WORK_QUEUES
 from ..sched.policies import policy_names
 from .exits import CommandError, UsageError
-from ..cuda_env import WORK_QUEUES
 from .startup_probe import CONTEXT_PROBE, PROBE
 
 __all__ = ["measure", "context_alone", "main"]

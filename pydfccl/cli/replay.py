@@ -23,7 +23,6 @@ from typing import Optional, Union
 import numpy as np
 
 from ..protocol import layout as L
-from .. import platform
 from ..errors import RankFailedError
 from ..kernels.plans import one_shot_limit
 from ..bootstrap.launch import default_backend, launch
@@ -31,7 +30,7 @@ from ..protocol.collectives import split_output
 from ..protocol.reference import reference
 from ..sched.model import Schedule, run_schedule
 from ..sched.plugins import spec_of
-from ..host.world_config import WorldConfig
+from ..host.world_config import WorldConfig, on_gpu
 
 __all__ = ["replay", "replay_worker", "load_schedule", "input_values", "expected_values",
            "model_values", "predict", "completion_order", "check_replayable",
@@ -107,7 +106,7 @@ def replay_worker(comm, schedule_dict: dict, dtype: str = "float32",
         k = schedule.collectives[c]
         send_elems, recv_elems = _elems(k, n, rank)
         sends[c] = comm.empty(send_elems, dtype)
-        platform.copy_in(sends[c], input_values(rank, c, send_elems, dtype))
+        sends[c][...] = input_values(rank, c, send_elems, dtype)
         recvs[c] = comm.empty(recv_elems, dtype)
         counts[c] = ({} if k.counts is None else
                      dict(send_counts=list(k.counts[rank]),
@@ -130,7 +129,7 @@ def replay_worker(comm, schedule_dict: dict, dtype: str = "float32",
     seconds = time.perf_counter() - started
     outputs = {}
     for c in colls:
-        got = platform.to_numpy(recvs[c])
+        got = np.asarray(recvs[c])
         want = _expected(schedule.collectives[c], n, rank, c, dtype)
         if not np.array_equal(got, want):
             bad = int(np.flatnonzero(got != want)[0])
@@ -264,7 +263,7 @@ def format_comparison(name: str, compared: ReplayComparison, policy, dtype: str)
     """One line for the engine's outcome, one for the model's, and a third when they
     disagree."""
     schedule = compared.schedule
-    where = "GPU" if platform.gpu_available() else "CUDA simulator"
+    where = "GPU" if on_gpu() else "CUDA simulator"
     policy = policy if isinstance(policy, str) else spec_of(policy)
     kinds = sorted({k.kind for k in schedule.collectives.values()})
     what = "all-reduces" if kinds == ["all_reduce"] else f"collectives ({', '.join(kinds)})"

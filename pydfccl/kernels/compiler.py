@@ -33,13 +33,17 @@ from .memory import SIMULATOR
 __all__ = ["daemon_kernel", "cache_key", "fingerprint"]
 
 _PACKAGE = Path(__file__).resolve().parent.parent
-# The files whose text becomes the daemon's machine code (the kernels and the constants
-# they import).
-# The host-side modules of the package that only compile, cache or inspect are left out.
+# The files whose text becomes the daemon's machine code: the kernels and every module of
+# the package they import, whose constants (kind codes, step counts, parameter slots, the
+# preempted mark) are compiled in. The kernels' host-side modules that only compile, cache
+# or inspect are left out, and so is the lookup of policies by name. A test walks the
+# kernels' imports and fails on a module that is neither here nor left out.
 _HOST_ONLY = {"ahead.py", "cache_place.py", "kernel_cache.py", "ptx.py", "shipped.py"}
+_NOT_COMPILED = {"sched/plugins.py"}
 _SOURCES = sorted(p for p in _PACKAGE.glob("kernels/*.py") if p.name not in _HOST_ONLY) + [
-    _PACKAGE / "protocol" / "layout.py", _PACKAGE / "protocol" / "codes.py",
-    _PACKAGE / "sched" / "policies.py"]
+    _PACKAGE / name for name in ("protocol/collectives.py", "protocol/codes.py",
+                                 "protocol/layout.py", "sched/params.py", "sched/policies.py",
+                                 "sched/signatures.py", "sched/slots.py")]
 
 
 def _function_text(fn) -> str:

@@ -27,7 +27,7 @@ import numpy as np                                         # noqa: E402
 
 import pydfccl                                             # noqa: E402
 from pydfccl.protocol import layout as L                            # noqa: E402
-from pydfccl.kernels import plans                          # noqa: E402
+from pydfccl.protocol import one_shot as one_shot_rule     # noqa: E402
 from pydfccl.kernels.step_profile import (PH_PLAN, PH_RETIRE, PH_SQ,  # noqa: E402
                                           PH_STEPS, PHASES, PROFILE_WORDS)
 
@@ -35,9 +35,9 @@ STEP_PHASES = PHASES[PH_PLAN:]               # a step's, in order
 RUN_PHASES = PHASES[PH_SQ:PH_RETIRE + 1]      # a run's: sq, absorb, load, retire
 
 WORKLOADS = {   # name: (ranks, slot bytes, elements per run, one-shot limit)
-    "copy": (1, 16, 4096, plans.ONE_SHOT_BYTES),
+    "copy": (1, 16, 4096, one_shot_rule.ONE_SHOT_BYTES),
     "ring": (2, 16, 4096, 0),
-    "one_shot": (2, None, 2, plans.ONE_SHOT_BYTES),
+    "one_shot": (2, None, 2, one_shot_rule.ONE_SHOT_BYTES),
 }
 
 
@@ -72,7 +72,7 @@ def main():
     for nthreads in args.nthreads:
         print(f"\nblocks of {nthreads} threads\n{'workload':<10}{'steps':>8}{header}")
         for name, (nranks, slot_bytes, count, one_shot) in WORKLOADS.items():
-            plans.ONE_SHOT_BYTES = one_shot     # the ranks are threads of this process
+            one_shot_rule.ONE_SHOT_BYTES = one_shot   # the ranks are threads of this process
             sizes = dict(nblocks=1, nthreads=nthreads)
             if slot_bytes:
                 sizes["slot_bytes"] = slot_bytes

@@ -29,7 +29,7 @@ from functools import lru_cache
 from .. import platform
 from ..protocol.codes import COLLECTIVE_KINDS
 from ..protocol.collectives import collective
-from ..kernels.plans import table_kind
+from ..protocol.one_shot import table_kind
 from ..kernels.primitives import F_ALL, F_RECV, F_SEND, F_USER_IN, F_USER_OUT
 from ..kernels.ring import channel_count
 from ..host.world_config import machine_sizes

@@ -24,9 +24,9 @@ import numpy as np
 
 from ..protocol import layout as L
 from ..errors import RankFailedError
-from ..kernels.plans import one_shot_limit
 from ..bootstrap.launch import default_backend, launch
 from ..protocol.collectives import split_output
+from ..protocol.one_shot import one_shot_limit
 from ..protocol.reference import reference
 from ..sched.model import Schedule, run_schedule
 from ..sched.plugins import spec_of

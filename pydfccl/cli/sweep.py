@@ -41,7 +41,7 @@ import traceback
 from .. import platform
 from ..bootstrap.launch import BACKENDS, default_backend
 from ..host.world_config import machine_sizes
-from ..kernels.plans import one_shot_limit
+from ..protocol.one_shot import one_shot_limit
 from ..protocol.codes import COLLECTIVE_KINDS, DTYPES, OPS
 from .exits import UsageError
 from .options import (add_policy_options, check_backend, check_world_sizes, chosen_policy,

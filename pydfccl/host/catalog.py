@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..kernels.plans import table_kind
+from ..protocol.one_shot import table_kind
 from ..kernels.ring import channel_count
 from ..protocol import layout as L
 from ..protocol.codes import (OUT_OF_PLACE_ONLY, PER_PEER_COUNTS, POINT_TO_POINT, dtype_code,

@@ -25,7 +25,7 @@ all_to_all         2n-1        s=0 copy the own block; then for k=1..n-1 send bl
 all_to_allv        2n-1        all_to_all's steps over the run's blocks (``split_step``:
                                where each starts and how long it is, from the run's
                                row of counts); past a block's end a step moves nothing
-one-shot           2           a small all_reduce (``one_shot``): s=0 send the input to
+one-shot           2           a small all_reduce (``protocol/one_shot.py``): s=0 send the input to
 all_reduce                     every other rank; s=1 receive every rank's and reduce
                                them in rank order 0, 1, ..., n-1 (``F_ALL`` steps)
 =================  ==========  ====================================================
@@ -41,12 +41,9 @@ that waits for all of them waits on n-1 words of one connector. Every rank combi
 inputs in the same order, so every rank gets the same bits.
 """
 
-import os
-
 from numba import cuda
 
-from ..protocol.collectives import BY_NAME, ONE_SHOT, ONE_SHOT_STEPS, collective
-from ..protocol.layout import CONN_LANES
+from ..protocol.collectives import BY_NAME, ONE_SHOT, ONE_SHOT_STEPS
 from .divide import quotient
 from .memory import load_volatile
 from .primitives import COPY, F_ALL, F_POSTDIV, F_RECV, F_SEND, F_USER_IN, F_USER_OUT
@@ -54,9 +51,7 @@ from .ring import chunk_span, ring_index, ring_step
 
 __all__ = ["steps_per_loop", "loop_elems", "plan_step", "split_step", "step_peers",
            "loop_counted", "split_row_words", "SPLIT_HEADER_WORDS", "SPLIT_TRAILER_BYTES",
-           "slot_payload",
-           "ONE_SHOT", "ONE_SHOT_BYTES", "lane_bytes", "device_lane_bytes", "one_shot_limit",
-           "one_shot", "table_kind"]
+           "slot_payload", "ONE_SHOT", "device_lane_bytes"]
 
 # The kinds' codes (protocol/collectives.py), named KIND_* apart from the primitives' verbs
 # (primitives.SEND is a step that sends; KIND_SEND is a collective that is one send).
@@ -79,12 +74,6 @@ def split_row_words(nranks: int) -> int:
     return SPLIT_HEADER_WORDS + 4 * nranks
 
 
-# The largest all_reduce that runs one-shot: each rank reads every rank's input, n times
-# the ring's reads, which costs less than the ring's chained hops only while messages are
-# small. PYDFCCL_ONE_SHOT_BYTES sets it for a process and its rank processes (0: the ring
-# always), so that a benchmark can measure both.
-ONE_SHOT_BYTES = int(os.environ.get("PYDFCCL_ONE_SHOT_BYTES", 16 * 1024))
-
 COPY_SEND = F_USER_IN | F_SEND | F_USER_OUT
 RECV_COPY_SEND = F_RECV | F_SEND | F_USER_OUT
 RECV_ONLY = F_RECV | F_USER_OUT
@@ -96,37 +85,11 @@ SEND_ALL = SEND_ONLY | F_ALL
 RECV_REDUCE_ALL = RECV_REDUCE_COPY | F_ALL
 
 
-def lane_bytes(nranks: int, slot_bytes: int) -> int:
-    """Bytes of each slot a one-shot sender has: the slot cut in ``nranks - 1`` lanes of
-    16-byte multiples."""
-    return slot_bytes // max(1, nranks - 1) // 16 * 16
-
-
 @cuda.jit(device=True)
 def device_lane_bytes(nranks, slot_bytes):
-    """``lane_bytes`` for thread 0, which needs it at every one-shot step (divide.py)."""
+    """``protocol.one_shot.lane_bytes`` for thread 0, which needs it at every one-shot step
+    (divide.py)."""
     return quotient(slot_bytes, max(1, nranks - 1)) // 16 * 16
-
-
-def one_shot_limit(nranks: int, slot_bytes: int) -> int:
-    """The largest all_reduce, in bytes, that runs one-shot on ``nranks`` ranks with slots
-    of ``slot_bytes`` (0: none does)."""
-    if not 2 <= nranks <= CONN_LANES + 1:
-        return 0
-    return min(ONE_SHOT_BYTES, lane_bytes(nranks, slot_bytes))
-
-
-def one_shot(count: int, itemsize: int, nranks: int, slot_bytes: int) -> bool:
-    """Whether an all_reduce of ``count`` elements runs one-shot (host side; every rank
-    decides alike from sizes they share)."""
-    return count * itemsize <= one_shot_limit(nranks, slot_bytes)
-
-
-def table_kind(kind: str, count: int, itemsize: int, nranks: int, slot_bytes: int) -> int:
-    """The kind the daemon's collective table records for a collective."""
-    if kind == "all_reduce" and one_shot(count, itemsize, nranks, slot_bytes):
-        return ONE_SHOT
-    return collective(kind).code
 
 
 @cuda.jit(device=True)
@@ -184,7 +147,7 @@ def plan_step(kind, rank, nranks, root, count, begin, end, loop, step, slot_elem
         return flags, first, first, n
     first = begin + loop * slot_elems
     n = min(slot_elems, end - first)
-    if kind == ONE_SHOT:        # one loop: the whole input fits a lane (``one_shot``)
+    if kind == ONE_SHOT:        # one loop: the whole input fits a lane (``protocol.one_shot``)
         if step == 0:
             return SEND_ALL, first, first, n
         return RECV_REDUCE_ALL, first, first, n

@@ -49,7 +49,7 @@ def ring_order(kind: str, elems: int, nranks: int, root: int = 0, *, itemsize: i
         return (np.arange(elems) // (elems // nranks) + 1) % nranks
     if kind != "all_reduce":
         raise ValueError(f"{kind!r} does not reduce")
-    from ..kernels.plans import one_shot
+    from .one_shot import one_shot
     from ..kernels.ring import channel_count
     from ..host.world_config import machine_sizes
 

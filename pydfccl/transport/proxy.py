@@ -36,7 +36,7 @@ import numpy as np
 from ..log import logger
 from ..protocol import layout as L
 from ..protocol.collectives import ONE_SHOT
-from ..kernels.plans import lane_bytes
+from ..protocol.one_shot import lane_bytes
 from .rows import ROW_MESSAGE_BYTES, ROW_PERIOD, apply_row, row_bytes
 from .timings import ProxyTimings
 

@@ -5,7 +5,7 @@ import pytest
 
 from pydfccl import cli, platform
 from pydfccl.cli import hbm, sweep_hbm, sweep_spec
-from pydfccl.kernels.plans import one_shot
+from pydfccl.protocol.one_shot import one_shot
 from pydfccl.kernels.primitives import F_RECV, F_SEND, F_USER_IN, F_USER_OUT
 
 WORLDS = [(1, 16), (4, 256), (3, 64), (16, 1 << 20)]   # (nblocks, slot_bytes)

@@ -24,7 +24,8 @@ import json
 import numpy as np, ml_dtypes
 from pydfccl.kernels import numerics as nm
 from pydfccl.kernels.memory import SIMULATOR
-from pydfccl.kernels.plans import ONE_SHOT, plan_step, table_kind
+from pydfccl.kernels.plans import ONE_SHOT, plan_step
+from pydfccl.protocol.one_shot import table_kind
 from pydfccl.kernels.primitives import F_ALL, F_RECV, F_SEND, F_USER_IN
 from pydfccl.kernels.ring import channel_count, channel_span
 from pydfccl.protocol.reference import ring_order

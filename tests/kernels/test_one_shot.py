@@ -11,7 +11,8 @@ import pydfccl
 import one_shot_workers
 import shared_workers
 from pydfccl.cli.demo import DemoOptions, run_demo
-from pydfccl.kernels.plans import ONE_SHOT, ONE_SHOT_BYTES, lane_bytes, one_shot, table_kind
+from pydfccl.kernels.plans import ONE_SHOT
+from pydfccl.protocol.one_shot import ONE_SHOT_BYTES, lane_bytes, one_shot, table_kind
 from pydfccl.protocol.reference import _reduce, reference
 from pydfccl.host.world_config import machine_sizes
 

@@ -40,3 +40,13 @@ def test_the_launcher_of_simulated_rank_processes_imports_no_numba(tmp_path):
     results, launcher = proc.stdout.strip().splitlines()[-2:]
     assert results == str([([3.0] * 4, True)] * 2)      # summed, by ranks that ran Numba
     assert launcher == "launcher: []"
+
+
+def test_the_demo_command_imports_no_numba_before_it_launches():
+    """`python -m pydfccl demo`, the first command a user runs: its launcher too."""
+    proc = subprocess.run([sys.executable, "-c", "import sys, pydfccl.cli.demo; print("
+                           "sorted(m for m in sys.modules if m.partition('.')[0] == 'numba'))"],
+                          cwd=ROOT, env=dict(os.environ, NUMBA_ENABLE_CUDASIM="1"),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == "[]"

@@ -10,7 +10,7 @@ import numpy as np
 import pydfccl
 import rank_workers
 import shared_workers
-from pydfccl.kernels.plans import one_shot
+from pydfccl.protocol.one_shot import one_shot
 from pydfccl.kernels.ring import channel_count
 from pydfccl.host.trace import to_chrome
 from pydfccl.host.world_config import machine_sizes

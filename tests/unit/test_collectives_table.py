@@ -10,6 +10,7 @@ from pydfccl.kernels import plans
 from pydfccl.protocol import codes
 from pydfccl.protocol.collectives import (BY_NAME, COLLECTIVES, LOOP_COUNTED, ONE_SHOT,
                                           ONE_SHOT_STEPS, collective, split_output)
+from pydfccl.protocol.one_shot import table_kind
 from pydfccl.protocol.reference import buffer_elems, reference
 from pydfccl.host.registration import placement
 
@@ -41,7 +42,7 @@ def test_the_daemons_plans_take_the_tables_steps_and_loop_size(kind):
     for n in RANKS:
         assert steps_per_loop(c.code, n) == c.steps(n)
         assert loop_elems(c.code, n, 16) == (n * 16 if c.ring_loop else 16)
-        assert plans.table_kind(kind, 1 << 20, 4, n, 1 << 16) == c.code
+        assert table_kind(kind, 1 << 20, 4, n, 1 << 16) == c.code
     assert all(steps_per_loop(ONE_SHOT, n) == ONE_SHOT_STEPS for n in range(2, 9))
 
 

@@ -36,7 +36,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "Communicator": "pydfccl.host.communicator",
     "Array": "pydfccl.host.arrays",
-    "WorldConfig": "pydfccl.host.world",
+    "WorldConfig": "pydfccl.host.world_config",
     "init_all": "pydfccl.bootstrap.group",
     "start_all": "pydfccl.bootstrap.group",
     "close_all": "pydfccl.bootstrap.group",

@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 
-__all__ = ["simulated", "begin", "settle", "background_seconds"]
+__all__ = ["simulated", "driver_library", "begin", "settle", "background_seconds"]
 
 _lock = threading.Lock()
 _thread: threading.Thread | None = None
@@ -35,7 +35,8 @@ def simulated() -> bool:
     return os.environ.get("NUMBA_ENABLE_CUDASIM", "0").strip() not in ("", "0")
 
 
-def _driver():
+def driver_library():
+    """The CUDA driver's library (ctypes), or None where it is not installed."""
     try:
         return ctypes.CDLL("libcuda.so.1")
     except OSError:
@@ -59,7 +60,7 @@ def begin(device: int = 0) -> None:
 def _retain(device: int) -> None:
     global _held, _seconds
     began = time.perf_counter()
-    lib = _driver()
+    lib = driver_library()
     handle, context = ctypes.c_int(0), ctypes.c_void_p()
     if (lib is not None and lib.cuInit(0) == 0
             and lib.cuDeviceGet(ctypes.byref(handle), device) == 0

@@ -2,8 +2,12 @@
 (rank workers and the values they fill and expect) can be imported by the tests of each
 folder and by the rank processes they start (which inherit the path)."""
 
+import shutil
+import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -35,3 +39,19 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(items):
     first = {path: i for i, path in enumerate(SLOWEST_FILES)}
     items.sort(key=lambda item: first.get(item.nodeid.split("::")[0], len(first)))
+
+
+@pytest.fixture
+def standin_driver(tmp_path):
+    """``make(source)``: the C ``source`` built as a stand-in ``libcuda.so.1``; returns the
+    folder to put on LD_LIBRARY_PATH. Skips where there is no C compiler."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler for the stand-in driver")
+
+    def make(source: str) -> str:
+        (tmp_path / "cuda.c").write_text(source)
+        subprocess.run([compiler, "-shared", "-fPIC", "-o", str(tmp_path / "libcuda.so.1"),
+                        str(tmp_path / "cuda.c")], check=True)
+        return str(tmp_path)
+    return make

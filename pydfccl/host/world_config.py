@@ -1,9 +1,10 @@
 """The sizes of a job's world (``WorldConfig``) and what they follow: the GPU's
 multiprocessors, a daemon block's width, the simulator's small defaults.
 
-Importable without Numba: a process that only starts rank processes on the simulator sizes
-their world here, and asks the platform (which imports Numba's CUDA target) only where the
-ranks will run on its GPU. The memory itself is ``world.World``'s.
+Importable and answered without Numba (``gpu_query`` asks the driver): a process that only
+starts rank processes sizes their world here, and one that runs ranks as threads makes its
+context beside Numba's import (``cuda_start``) only if nothing loaded Numba before.
+The memory itself is ``world.World``'s.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import itertools
 import os
 from dataclasses import asdict, dataclass
 
-from .. import cuda_start
+from .. import cuda_start, gpu_query
 from ..kernels.limits import MAX_THREADS, blocks_per_sm
 from ..protocol import layout as L
 
@@ -42,27 +43,15 @@ def pair_transports(nodes: list[int]) -> dict:
     return {"ipc": len(pairs) - across, "mpi": across}
 
 
-def _platform():
-    """``pydfccl.platform`` where kernels may run on a GPU; None under the simulator, whose
-    sizes are known without importing Numba."""
-    if cuda_start.simulated():
-        return None
-    from .. import platform
-
-    return platform
-
-
 def on_gpu() -> bool:
-    """Whether a world made in this process lives on a GPU (under the simulator: no, known
-    without importing Numba)."""
-    platform = _platform()
-    return platform is not None and platform.gpu_available()
+    """Whether a world made in this process lives on a GPU (``gpu_query``: known without
+    importing Numba)."""
+    return gpu_query.gpu_count() > 0
 
 
 def multiprocessors() -> int | None:
     """The multiprocessors of this process's GPU, None without one."""
-    platform = _platform()
-    return None if platform is None else platform.multiprocessors()
+    return gpu_query.multiprocessors()
 
 
 H200_MULTIPROCESSORS = 132   # sizes a GPU world on a machine without one (PTX, models)
@@ -126,10 +115,8 @@ class WorldConfig:
     simulator: bool | None = None       # None: as this process's kernels run
 
     def __post_init__(self):
-        if self.simulator is None:
-            platform = _platform()
-            object.__setattr__(self, "simulator",
-                               platform is None or platform.backend.kernels_on_host)
+        if self.simulator is None:    # as the platform's backend runs kernels
+            object.__setattr__(self, "simulator", cuda_start.simulated())
         for name, value in _DEFAULTS[self.simulator].items():
             if getattr(self, name) is None:
                 object.__setattr__(self, name, value(self) if callable(value) else value)

@@ -9,9 +9,10 @@ import weakref
 
 from numba import cuda
 
-__all__ = ["driver_result", "use_device", "process_device", "device_attribute",
-           "driver_multiprocessors", "mps_active", "register_host", "unregister_host",
-           "IPC_HANDLE_BYTES", "ipc_handle", "PeerBuffer"]
+from .. import gpu_query
+
+__all__ = ["driver_result", "use_device", "device_attribute", "mps_active", "register_host",
+           "unregister_host", "IPC_HANDLE_BYTES", "ipc_handle", "PeerBuffer"]
 
 
 def driver_result(result, what: str):
@@ -22,21 +23,13 @@ def driver_result(result, what: str):
     return values[0] if len(values) == 1 else values
 
 
-_process_device: int | None = None    # set by use_device; threads pydfccl starts follow it
-
-
 def use_device(index: int) -> int:
     """Make GPU ``index`` (modulo the GPUs present) this process's device; returns it. Rank
     processes of one host spread over its GPUs by their local rank."""
-    global _process_device
-    _process_device = index % len(cuda.gpus)
-    cuda.select_device(_process_device)
-    return _process_device
-
-
-def process_device() -> int | None:
-    """The device ``use_device`` chose, or None if it was not called."""
-    return _process_device
+    device = index % len(cuda.gpus)
+    gpu_query.choose_device(device)
+    cuda.select_device(device)
+    return device
 
 
 def device_attribute(name: str) -> int:
@@ -48,22 +41,6 @@ def device_attribute(name: str) -> int:
     return int(driver_result(driver.cuDeviceGetAttribute(
         getattr(driver.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name}"), device),
         f"cuDeviceGetAttribute({name})"))
-
-
-def driver_multiprocessors() -> int | None:
-    """The streaming multiprocessors of the process's GPU (GPU 0 until ``use_device``), or
-    None without a driver that answers. Read through the driver without making a context,
-    so that a launcher that only sizes a world takes no GPU memory."""
-    try:
-        from cuda.bindings import driver
-
-        driver_result(driver.cuInit(0), "cuInit")
-        device = driver_result(driver.cuDeviceGet(_process_device or 0), "cuDeviceGet")
-        return int(driver_result(driver.cuDeviceGetAttribute(
-            driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device),
-            "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)"))
-    except RuntimeError:   # the driver's errors (driver_result), a driver library not found
-        return None
 
 
 def mps_active() -> bool:

@@ -10,7 +10,7 @@ import numpy as np
 from numba import cuda
 from numba.cuda.cudadrv.devicearray import DeviceNDArray
 
-from .. import cuda_start
+from .. import cuda_start, gpu_query
 from ..log import logger
 from ..protocol.codes import storage_dtype
 from . import driver, streams
@@ -132,13 +132,13 @@ class GpuBackend(Backend):
     def bind_thread(self) -> None:
         """In a thread pydfccl starts (launcher, poller): use the process's device. A CUDA
         context is current per thread, and a new thread would otherwise take GPU 0's."""
-        device = driver.process_device()
+        device = gpu_query.process_device()
         if device is not None:
             cuda.select_device(device)
 
     def multiprocessors(self) -> int | None:
         """The streaming multiprocessors of the process's GPU, or None without one."""
-        return driver.driver_multiprocessors() if self.gpu_available() else None
+        return gpu_query.multiprocessors()
 
     def device_memory_used(self) -> int | None:
         """Bytes of the GPU's memory in use (every process's)."""

@@ -86,11 +86,10 @@ def test_modules_without_cached_byte_code_are_counted_by_package(tmp_path):
     assert "(p0 10, p1 9, p2 8, p3 7, p4 6, 12 in 3 more)" in many
 
 
-def test_the_context_floor_is_timed_where_a_driver_makes_a_context(tmp_path):
+def test_the_context_floor_is_timed_where_a_driver_makes_a_context(tmp_path, standin_driver):
     """With a stand-in libcuda.so.1 whose calls succeed, the bare process reports when it
     had the context; without a driver there is no floor to report."""
     import ctypes
-    import shutil
 
     from pydfccl.cli.startup import context_alone
 
@@ -98,14 +97,9 @@ def test_the_context_floor_is_timed_where_a_driver_makes_a_context(tmp_path):
         ctypes.CDLL("libcuda.so.1")
     except OSError:       # no driver here: nothing to time
         assert context_alone(dict(os.environ, LD_LIBRARY_PATH=str(tmp_path))) is None
-    compiler = shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        pytest.skip("no C compiler for the stand-in driver")
-    (tmp_path / "cuda.c").write_text(
+    folder = standin_driver(
         "int cuInit(unsigned f) { return 0; }\n"
         "int cuDeviceGet(int *d, int i) { *d = i; return 0; }\n"
         "int cuDevicePrimaryCtxRetain(void **c, int d) { *c = (void *)1; return 0; }\n")
-    subprocess.run([compiler, "-shared", "-fPIC", "-o", str(tmp_path / "libcuda.so.1"),
-                    str(tmp_path / "cuda.c")], check=True)
-    seconds = context_alone(dict(os.environ, LD_LIBRARY_PATH=str(tmp_path)))
+    seconds = context_alone(dict(os.environ, LD_LIBRARY_PATH=folder))
     assert seconds is not None and 0 < seconds < 300

@@ -37,7 +37,7 @@ def fresh(monkeypatch):
     monkeypatch.setattr(cuda_start, "_thread", None)
     monkeypatch.setattr(cuda_start, "_held", None)
     monkeypatch.setattr(cuda_start, "_seconds", None)
-    monkeypatch.setattr(cuda_start, "_driver", lambda: driver)
+    monkeypatch.setattr(cuda_start, "driver_library", lambda: driver)
     monkeypatch.delenv("NUMBA_ENABLE_CUDASIM", raising=False)
     monkeypatch.delitem(sys.modules, "numba.cuda", raising=False)
     return driver

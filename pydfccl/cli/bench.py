@@ -19,12 +19,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import platform
 from ..bootstrap.group import close_all, init_all, start_all
 from ..bootstrap.launch import BACKENDS, launch
 from ..errors import PydfcclError
 from ..host.gcpause import gc_paused
+from ..host.world_config import on_gpu
 from ..sched.policies import Policy
+from . import rank_buffers
 from .exits import UsageError
 from .options import (add_policy_options, check_backend, check_world_sizes, chosen_policy,
                       policy_name, where)
@@ -57,7 +58,7 @@ def _input(rank: int, count: int, dtype: str) -> np.ndarray:
 
 def _check(y, rank: int, nranks: int, count: int, dtype: str) -> None:
     """The all-reduce of every rank's ``_input``: 1 + 2 + ... + nranks everywhere."""
-    got = platform.to_numpy(y, dtype)
+    got = rank_buffers.to_numpy(y, dtype)
     if not np.array_equal(got, np.full(count, nranks * (nranks + 1) // 2, dtype=dtype)):
         raise AssertionError(f"rank {rank}: wrong all-reduce result {got[:4]}...")
 
@@ -68,7 +69,7 @@ def _prepare(comm, colls: int, count: int, dtype: str) -> list:
         comm.prepare(k, "all_reduce", count=count, dtype=dtype)
     pairs = [(comm.empty(count, dtype), comm.empty(count, dtype)) for _ in range(colls)]
     for x, _ in pairs:
-        platform.copy_in(x, _input(comm.rank, count, dtype))
+        rank_buffers.copy_in(x, _input(comm.rank, count, dtype))
     return pairs
 
 
@@ -221,7 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m pydfccl bench latency",
                                 description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    gpu = platform.gpu_available()
+    gpu = on_gpu()
     p.add_argument("-n", "--nranks", type=int, default=2)
     p.add_argument("--iters", type=int, default=10000 if gpu else 50)
     p.add_argument("-w", "--warmup", type=int, default=200 if gpu else 5)
@@ -263,7 +264,7 @@ def _options(args: argparse.Namespace) -> tuple[LatencyOptions, dict]:
 
 
 def _drivers(choice: str | None) -> tuple:
-    gpu = platform.gpu_available()
+    gpu = on_gpu()
     if choice in ("one", "both") and not gpu:
         raise UsageError(f"--driver {choice} needs a GPU (one thread drives every rank "
                          "through init_all)")

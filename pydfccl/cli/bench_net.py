@@ -20,11 +20,12 @@ import time
 
 import numpy as np
 
-from .. import platform
 from ..bootstrap.topology import RANKS_PER_NODE, node_indices, rank_hosts
 from ..host.gcpause import gc_paused
+from ..host.world_config import on_gpu
 from ..transport.summary import describe_transports
 from ..transport.timings import timings_table
+from . import rank_buffers
 from .exits import UsageError
 from .options import where
 
@@ -34,11 +35,11 @@ __all__ = ["build_parser", "net_sizes", "main"]
 def net_sizes() -> list[int]:
     """Bytes of each all-reduce by default: 8 B to 64 MiB by 4x on a GPU, 8 B to 4 KiB on
     the simulator (whose steps take milliseconds)."""
-    top = 64 << 20 if platform.gpu_available() else 4096
+    top = 64 << 20 if on_gpu() else 4096
     sizes, size = [], 8
     while size <= top:
         sizes.append(size)
-        size *= 4 if platform.gpu_available() else 8
+        size *= 4 if on_gpu() else 8
     return sizes
 
 
@@ -80,13 +81,13 @@ def _dfccl_times(group, sizes: list[int], iters: int, warmup: int, dtype: str) -
                     shift = i % 3
                     if i == warmup and proxy is not None:
                         proxy.timings.take()        # the timed runs' alone
-                    platform.copy_in(x, np.full(size // itemsize, comm.rank + 1 + shift, dtype))
+                    rank_buffers.copy_in(x, np.full(size // itemsize, comm.rank + 1 + shift, dtype))
                     group.Barrier()
                     t0 = time.perf_counter()
                     y = comm.run(k, x).result(timeout=600)
                     if i >= warmup:
                         times[i - warmup] = time.perf_counter() - t0
-                    _check(comm.rank, size, platform.to_numpy(y, dtype),
+                    _check(comm.rank, size, rank_buffers.to_numpy(y, dtype),
                            group.size * (group.size + 1) // 2 + group.size * shift, i)
             out[size] = _slowest(group, times)
             timings[size] = group.gather(None if proxy is None else proxy.timings.take())
@@ -131,7 +132,7 @@ def _ipc_group(world):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    gpu = platform.gpu_available()
+    gpu = on_gpu()
     p = argparse.ArgumentParser(prog="mpiexec -n N python -m pydfccl bench net",
                                 description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)

@@ -19,8 +19,9 @@ import time
 
 import numpy as np
 
-from .. import platform
 from ..bootstrap.launch import BACKENDS, launch
+from ..host.world_config import on_gpu
+from . import rank_buffers
 from .exits import UsageError
 from .options import where
 
@@ -47,7 +48,7 @@ def registration_worker(comm, ncolls: int, runs: int, count: int) -> dict:
         t = time.perf_counter()
         out = comm.run(cid, x).result(timeout=600)
         times.append(time.perf_counter() - t)
-        got = platform.to_numpy(out)
+        got = rank_buffers.to_numpy(out)
         if not np.all(got == want):
             raise AssertionError(f"collective {cid}: got {got[:4]}, want {want}")
     stats = comm.stats()
@@ -93,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    runs = args.runs if args.runs is not None else (100 if platform.gpu_available() else 10)
+    runs = args.runs if args.runs is not None else (100 if on_gpu() else 10)
     if args.nranks < 1 or args.colls < 1 or runs < 0:
         raise UsageError("--nranks and --colls must be at least 1, --runs at least 0")
     slots = args.max_colls

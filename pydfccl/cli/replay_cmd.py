@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import argparse
 
-from .. import platform
 from ..errors import RankFailedError
+from ..host.world_config import on_gpu
 from ..sched.choice import parse_params
 from ..sched.counterexample import load_counterexample
 from . import replay as engine_replay
@@ -27,7 +27,7 @@ EXIT_FAILED = 1
 
 
 def build_parser() -> argparse.ArgumentParser:
-    gpu = platform.gpu_available()
+    gpu = on_gpu()
     p = argparse.ArgumentParser(prog="python -m pydfccl replay",
                                 description=__doc__.split("\n")[0].split(": ", 1)[1])
     p.add_argument("file", metavar="FILE", help="a counterexample file or a schedule (JSON)")
@@ -71,7 +71,7 @@ def main(argv: list[str]) -> int:
     except RankFailedError as exc:
         print(f"FAILED: {exc}")
         return EXIT_FAILED
-    where = "GPU" if platform.gpu_available() else "CUDA simulator"
+    where = "GPU" if on_gpu() else "CUDA simulator"
     print(f"  model, the engine's slots:   {compared.model.summary()}")
     print(f"  engine ({where}):{' ' * max(1, 14 - len(where))}"
           f"{engine_replay.engine_summary(compared)}")

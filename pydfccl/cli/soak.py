@@ -15,8 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .. import platform
-from ..host.world_config import WorldConfig
+from ..host.world_config import WorldConfig, on_gpu
 from .exits import UsageError
 from .options import (add_policy_options, check_backend, chosen_policy, policy_label,
                       policy_name, where)
@@ -33,7 +32,7 @@ EXIT_OK, EXIT_FAILED = 0, 1
 
 
 def build_parser() -> argparse.ArgumentParser:
-    gpu = platform.gpu_available()
+    gpu = on_gpu()
     p = argparse.ArgumentParser(prog="python -m pydfccl soak", description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("-s", "--schedules", type=int, default=None,
@@ -58,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _options(args: argparse.Namespace) -> tuple[SoakOptions, dict]:
     """The options, and --param's overrides (for the headline and the rerun line)."""
     policy, overrides = chosen_policy(args)
-    max_colls = WorldConfig(2, simulator=not platform.gpu_available()).max_colls
+    max_colls = WorldConfig(2, simulator=not on_gpu()).max_colls
     checks = [(args.max_ranks >= 2, "--max-ranks must be at least 2"),
               (args.max_count >= 1, "--max-count must be at least 1"),
               (1 <= args.max_colls <= max_colls, f"--max-colls must be in 1..{max_colls}"),
@@ -71,7 +70,7 @@ def _options(args: argparse.Namespace) -> tuple[SoakOptions, dict]:
     check_backend(None)     # the soak launches on the default one (PYDFCCL_BACKEND)
     schedules = args.schedules
     if schedules is None and args.seconds is None:
-        schedules = 200 if platform.gpu_available() else 10
+        schedules = 200 if on_gpu() else 10
     return SoakOptions(schedules=schedules, seconds=args.seconds, seed=args.seed,
                        max_ranks=args.max_ranks, max_count=args.max_count,
                        max_colls=args.max_colls, policy=policy,

@@ -38,9 +38,8 @@ import argparse
 import sys
 import traceback
 
-from .. import platform
 from ..bootstrap.launch import BACKENDS, default_backend
-from ..host.world_config import machine_sizes
+from ..host.world_config import machine_sizes, on_gpu
 from ..protocol.one_shot import one_shot_limit
 from ..protocol.codes import COLLECTIVE_KINDS, DTYPES, OPS
 from .exits import UsageError
@@ -59,7 +58,7 @@ EXIT_WRONG = 1      # as nccl-tests: a sweep that read wrong results fails
 
 
 def build_parser() -> argparse.ArgumentParser:
-    gpu = platform.gpu_available()
+    gpu = on_gpu()
     p = argparse.ArgumentParser(prog="python -m pydfccl bench",
                                 description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)

@@ -9,11 +9,12 @@ import time
 
 import numpy as np
 
-from .. import platform
 from ..bootstrap.group import close_all, init_all, start_all
 from ..bootstrap.launch import default_backend, launch
 from ..host.gcpause import gc_paused
+from ..host.world_config import on_gpu
 from ..protocol.reference import buffer_elems
+from . import rank_buffers
 from .sweep_spec import (SAME_FOR_EVERY_RANK, SweepOptions, bus_factor, expected_output, sizes,
                          sweep_input)
 
@@ -46,7 +47,7 @@ def bench_modes(baseline: str, torch_backend: str, coll: str, nranks: int) -> tu
 def all_ranks_on_this_gpu(backend: str | None) -> bool:
     """A GPU, and the ranks as threads on it: what the one-thread driver and the HBM table
     need."""
-    return platform.gpu_available() and (backend or default_backend()) == "threads"
+    return on_gpu() and (backend or default_backend()) == "threads"
 
 
 def sweep_ranks(comms: list, start, opts: SweepOptions, steps: list) -> list[list[dict]]:
@@ -100,7 +101,7 @@ def sweep_worker(comm, opts: SweepOptions, steps: list) -> list[dict]:
 def _buffers(comm, opts: SweepOptions, count: int) -> tuple:
     send_elems, recv_elems = buffer_elems(opts.coll, count, comm.nranks)
     send = comm.empty(send_elems, opts.dtype)
-    platform.copy_in(send, sweep_input(comm.rank, send_elems, opts.dtype))
+    rank_buffers.copy_in(send, sweep_input(comm.rank, send_elems, opts.dtype))
     return send, comm.empty(recv_elems, opts.dtype)
 
 
@@ -116,7 +117,7 @@ def _wrong(comm, opts: SweepOptions, count: int, buffers: tuple) -> int:
     send_elems, _ = buffer_elems(opts.coll, count, comm.nranks)
     rank = 0 if opts.coll in SAME_FOR_EVERY_RANK else comm.rank
     want = expected_output(opts.coll, comm.nranks, send_elems, opts.dtype, opts.op, opts.root, rank)
-    got = platform.to_numpy(buffers[1], opts.dtype)
+    got = rank_buffers.to_numpy(buffers[1], opts.dtype)
     return 0 if want is None else int(np.count_nonzero(got[:want.size] != want))
 
 

@@ -9,7 +9,6 @@ import sys
 import threading
 import time
 
-from .. import platform
 from ..sched.wait_graph import find_wait_cycle
 
 __all__ = ["Narrator", "wait_edges", "format_graph"]
@@ -57,6 +56,8 @@ class Narrator:
 
     def __init__(self, comm, names: dict, started: float, lead: bool, watchdog: float,
                  baseline: bool, out=None):
+        from .. import platform     # in a rank: the command's own process may not load Numba
+
         self.comm, self.names, self.lead = comm, names, lead
         self.watchdog, self.baseline = watchdog, baseline
         self.out = out or sys.stdout

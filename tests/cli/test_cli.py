@@ -198,13 +198,14 @@ def test_bench_rows_gain_the_hbm_keys_and_keep_the_old_ones(monkeypatch, tmp_pat
     import json
 
     from pydfccl import platform
-    from pydfccl.cli import hbm, sweep
+    from pydfccl.cli import hbm, sweep, sweep_measure
 
     real = sweep.hbm_report
 
     def on_a_gpu(results, opts, backend):     # only the report thinks it is on a GPU
         with monkeypatch.context() as m:
             m.setattr(platform, "gpu_available", lambda: True)
+            m.setattr(sweep_measure, "on_gpu", lambda: True)
             m.setattr(hbm, "copy_bandwidths", lambda sizes: {s: 1000.0 for s in sizes})
             return real(results, opts, "threads")
 

@@ -4,7 +4,7 @@ copy it is compared with (GPU only); the sweep's HBM efficiency table (issue #5)
 import pytest
 
 from pydfccl import cli, platform
-from pydfccl.cli import hbm, sweep_hbm, sweep_spec
+from pydfccl.cli import hbm, sweep_hbm, sweep_measure, sweep_spec
 from pydfccl.protocol.one_shot import one_shot
 from pydfccl.kernels.primitives import F_RECV, F_SEND, F_USER_IN, F_USER_OUT
 
@@ -131,6 +131,7 @@ def _rows(mode, sizes_us):
 def test_hbm_report_on_a_gpu_adds_the_table_and_the_keys(monkeypatch):
     # what main() prints on a GPU, with the copy's figures given (the CPU cannot time one)
     monkeypatch.setattr(platform, "gpu_available", lambda: True)
+    monkeypatch.setattr(sweep_measure, "on_gpu", lambda: True)
     monkeypatch.setattr(hbm, "copy_bandwidths", lambda sizes: {s: 3000.0 for s in sizes})
     opts = sweep_spec.SweepOptions(nranks=4, world=dict(nblocks=16, slot_bytes=1 << 20))
     big = 256 << 20

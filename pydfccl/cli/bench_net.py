@@ -81,7 +81,8 @@ def _dfccl_times(group, sizes: list[int], iters: int, warmup: int, dtype: str) -
                     shift = i % 3
                     if i == warmup and proxy is not None:
                         proxy.timings.take()        # the timed runs' alone
-                    rank_buffers.copy_in(x, np.full(size // itemsize, comm.rank + 1 + shift, dtype))
+                    rank_buffers.copy_in(x, np.full(size // itemsize, comm.rank + 1 + shift,
+                                                    dtype))
                     group.Barrier()
                     t0 = time.perf_counter()
                     y = comm.run(k, x).result(timeout=600)

@@ -50,7 +50,8 @@ def soak_worker(comm, schedule: Schedule, result_timeout: float) -> dict:
             comm.synchronize_device()
     verified, wrong = 0, []
     for c, run, future, _, _ in submitted:
-        got = rank_buffers.to_numpy(future.result(timeout=result_timeout), schedule.colls[c].dtype)
+        got = rank_buffers.to_numpy(future.result(timeout=result_timeout),
+                                    schedule.colls[c].dtype)
         want = expected_output(schedule, c, run, rank)
         if want is None:
             continue            # reduce: only the root's output is defined

@@ -127,7 +127,7 @@ def teach_worker(comm, lesson: Lesson) -> dict:
             order = submission_orders(n, it)[comm.rank]
             for k in range(n):
                 rank_buffers.copy_in(bufs[k], np.full(lesson.count, comm.rank + 1 + k + it,
-                                                  np.float32))
+                                                      np.float32))
             mark(MARK_SUBMITTING, None, it)
             futures = {}
             for k in order:

@@ -1,14 +1,13 @@
 """The sweep's "HBM efficiency" table: each row of pydfccl's own kernels against a
 device-to-device copy of the same size timed in the same run (GPU, every rank on it; the
-bytes are ``pydfccl.cli.hbm``'s walk of the step plan)."""
+bytes are ``pydfccl.cli.hbm``'s walk of the step plan). The platform and ``hbm`` (which
+load Numba's CUDA target) are imported once the sweep has run, not with the command."""
 
 from __future__ import annotations
 
-from .. import platform
 from ..bootstrap.launch import default_backend
 from ..host.world_config import WorldConfig
 from ..protocol.codes import storage_dtype
-from . import hbm
 from .sweep_measure import all_ranks_on_this_gpu
 from .sweep_spec import SweepOptions
 
@@ -21,6 +20,8 @@ def add_hbm(results: dict, opts: SweepOptions, copy_gbs: dict) -> list[dict]:
     """Add ``hbm_bytes`` (read plus written by all ranks per run), ``hbm_gbs``, ``copy_gbs``
     (``copy_gbs[size]``: the copy of the row's size) and ``hbm_pct_of_copy`` to each row of
     the modes in HBM_MODES; return those rows."""
+    from . import hbm
+
     cfg = WorldConfig(opts.nranks, **opts.world)      # the sizes launch gives the ranks
     itemsize = storage_dtype(opts.dtype).itemsize
     counted, out = {}, []
@@ -54,6 +55,9 @@ def format_hbm_table(rows: list[dict]) -> str:
 def hbm_report(results: dict, opts: SweepOptions, backend: str | None) -> str:
     """The "HBM efficiency" table (adding its values to the rows), or the line that says
     why there is none: it needs a GPU, and every rank on it (the threads backend)."""
+    from .. import platform
+    from . import hbm
+
     if not platform.gpu_available():
         return "# HBM efficiency: needs a GPU (not measured on the CUDA simulator)"
     if not all_ranks_on_this_gpu(backend):

@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 # A driver that shows one GPU of 132 multiprocessors (an H100's or H200's count).
 ONE_GPU = """
 int cuInit(unsigned flags) { return 0; }
@@ -72,3 +74,35 @@ def test_under_the_simulator_nothing_is_asked_of_a_driver(monkeypatch):
     assert cuda_start.simulated()
     assert gpu_query.gpu_count() == 0 and gpu_query.multiprocessors() is None
 
+
+
+COMMAND_UP_TO_LAUNCH = """
+import json, os, runpy, sys
+from pydfccl import cuda_start
+
+def begin(device=0):      # launch() and init_all() call it first, for rank threads
+    print(json.dumps(sorted(m for m in sys.modules if m.partition(".")[0] == "numba")))
+    sys.stdout.flush()
+    os._exit(0)
+
+cuda_start.begin = begin
+sys.argv = ["pydfccl"] + sys.argv[1:]
+runpy.run_module("pydfccl", run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("argv", [["demo", "-n", "2", "-k", "2", "-i", "1"],
+                                  ["bench", "-n", "2", "-b", "8", "-e", "8"],
+                                  ["bench", "latency", "-n", "2", "--iters", "1"],
+                                  ["teach", "--iters", "2"]])
+def test_a_command_reaches_launch_on_a_gpu_machine_without_numba(standin_driver, argv):
+    """Each command, run as a user types it on a machine with a GPU, has loaded no Numba
+    when ``launch`` or ``init_all`` begins the CUDA context, which can then be made beside
+    Numba's import (the stand-in driver makes none: the test ends there)."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("NUMBA_ENABLE_CUDASIM", "PYDFCCL_BACKEND")}
+    env["LD_LIBRARY_PATH"] = standin_driver(ONE_GPU)
+    proc = subprocess.run([sys.executable, "-c", COMMAND_UP_TO_LAUNCH, *argv], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == []

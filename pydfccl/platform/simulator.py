@@ -140,6 +140,9 @@ class SimulatorBackend(Backend):
         """Nothing to wait for: a launch has ended when its call returns."""
 
 
+_PYTHON_SWITCH_INTERVAL = 0.005     # Python's default GIL switch interval (seconds)
+
+
 def install_gentle_block_supervisor() -> None:
     """The simulator's block supervisor polls its threads in a tight loop holding the GIL;
     a daemon block lives for seconds, so let the supervisor sleep between polls.
@@ -147,7 +150,9 @@ def install_gentle_block_supervisor() -> None:
     A block of one thread (the daemon's, under the simulator) needs no supervisor to meet
     at a barrier: its ``syncthreads`` returns at once, not after the supervisor's next poll
     (two barriers a daemon step), and the supervisor waits for the thread to end in
-    ``join``, which returns as it ends, rather than waking every 50 us."""
+    ``join``, which returns as it ends, rather than waking every 50 us. Python's default GIL
+    switch interval (5 ms) becomes 0.1 ms, so that rank threads take turns often; one the
+    program set itself (``bench --switch-interval``) is kept, whenever the platform loads."""
     from numba.cuda.simulator import kernel as simkernel
 
     if getattr(simkernel.BlockManager, "_pydfccl_gentle", False):
@@ -174,4 +179,5 @@ def install_gentle_block_supervisor() -> None:
     simkernel.BlockThread.is_alive = is_alive
     simkernel.BlockThread.syncthreads = syncthreads
     simkernel.BlockManager._pydfccl_gentle = True
-    sys.setswitchinterval(1e-4)
+    if sys.getswitchinterval() == _PYTHON_SWITCH_INTERVAL:     # a program's own choice stays
+        sys.setswitchinterval(1e-4)

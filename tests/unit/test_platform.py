@@ -103,3 +103,21 @@ def test_zero_rows_zeroes_each_strided_region_and_nothing_else():
     for region in [(40, 10, 3, 4), (0, 2, 3, 2), (-1, 4, 4, 1)]:
         with pytest.raises(IndexError, match="is not inside 64 bytes"):
             buf.zero_rows([region])
+
+
+SWITCH_INTERVAL = """
+import json, sys
+if len(sys.argv) > 1:
+    sys.setswitchinterval(float(sys.argv[1]))      # the program's own, before the platform
+from pydfccl import platform
+print(json.dumps(sys.getswitchinterval()))
+"""
+
+
+@pytest.mark.parametrize("chosen, after", [(None, 1e-4), (5e-4, 5e-4), (0.02, 0.02)])
+def test_the_simulator_shortens_pythons_switch_interval_but_keeps_a_programs_own(chosen, after):
+    argv = [] if chosen is None else [repr(chosen)]
+    proc = subprocess.run([sys.executable, "-c", SWITCH_INTERVAL, *argv], capture_output=True,
+                          text=True, timeout=300, env=dict(os.environ, NUMBA_ENABLE_CUDASIM="1"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == pytest.approx(after)

@@ -25,7 +25,6 @@ from ..host.gcpause import gc_paused
 from ..host.world_config import on_gpu
 from ..transport.summary import describe_transports
 from ..transport.timings import timings_table
-from . import rank_buffers
 from .exits import UsageError
 from .options import where
 
@@ -81,14 +80,13 @@ def _dfccl_times(group, sizes: list[int], iters: int, warmup: int, dtype: str) -
                     shift = i % 3
                     if i == warmup and proxy is not None:
                         proxy.timings.take()        # the timed runs' alone
-                    rank_buffers.copy_in(x, np.full(size // itemsize, comm.rank + 1 + shift,
-                                                    dtype))
+                    x[...] = comm.rank + 1 + shift
                     group.Barrier()
                     t0 = time.perf_counter()
                     y = comm.run(k, x).result(timeout=600)
                     if i >= warmup:
                         times[i - warmup] = time.perf_counter() - t0
-                    _check(comm.rank, size, rank_buffers.to_numpy(y, dtype),
+                    _check(comm.rank, size, np.asarray(y),
                            group.size * (group.size + 1) // 2 + group.size * shift, i)
             out[size] = _slowest(group, times)
             timings[size] = group.gather(None if proxy is None else proxy.timings.take())

@@ -14,7 +14,6 @@ from ..bootstrap.launch import default_backend, launch
 from ..host.gcpause import gc_paused
 from ..host.world_config import on_gpu
 from ..protocol.reference import buffer_elems
-from . import rank_buffers
 from .sweep_spec import (SAME_FOR_EVERY_RANK, SweepOptions, bus_factor, expected_output, sizes,
                          sweep_input)
 
@@ -101,7 +100,7 @@ def sweep_worker(comm, opts: SweepOptions, steps: list) -> list[dict]:
 def _buffers(comm, opts: SweepOptions, count: int) -> tuple:
     send_elems, recv_elems = buffer_elems(opts.coll, count, comm.nranks)
     send = comm.empty(send_elems, opts.dtype)
-    rank_buffers.copy_in(send, sweep_input(comm.rank, send_elems, opts.dtype))
+    send[...] = sweep_input(comm.rank, send_elems, opts.dtype)
     return send, comm.empty(recv_elems, opts.dtype)
 
 
@@ -117,7 +116,7 @@ def _wrong(comm, opts: SweepOptions, count: int, buffers: tuple) -> int:
     send_elems, _ = buffer_elems(opts.coll, count, comm.nranks)
     rank = 0 if opts.coll in SAME_FOR_EVERY_RANK else comm.rank
     want = expected_output(opts.coll, comm.nranks, send_elems, opts.dtype, opts.op, opts.root, rank)
-    got = rank_buffers.to_numpy(buffers[1], opts.dtype)
+    got = np.asarray(buffers[1])
     return 0 if want is None else int(np.count_nonzero(got[:want.size] != want))
 
 

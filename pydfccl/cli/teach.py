@@ -33,7 +33,6 @@ from ..errors import DeadlockError, RankFailedError
 from ..host.trace import (MARK_RESULT, MARK_RUN, MARK_SUBMITTING, clock_offset_ns,
                           host_mark, on_daemon_clock)
 from ..sched.wait_graph import find_wait_cycle
-from . import rank_buffers
 from .exits import UsageError
 from .options import check_backend, where
 from .pictures import MARK_DEADLOCK, MARK_SYNCED, draw_timeline, draw_wait_graph
@@ -126,8 +125,7 @@ def teach_worker(comm, lesson: Lesson) -> dict:
         for it in range(lesson.iters):
             order = submission_orders(n, it)[comm.rank]
             for k in range(n):
-                rank_buffers.copy_in(bufs[k], np.full(lesson.count, comm.rank + 1 + k + it,
-                                                      np.float32))
+                bufs[k][...] = comm.rank + 1 + k + it
             mark(MARK_SUBMITTING, None, it)
             futures = {}
             for k in order:
@@ -139,7 +137,7 @@ def teach_worker(comm, lesson: Lesson) -> dict:
                 mark(MARK_SYNCED, k, it)
                 narrator.say(f"rank {comm.rank} host: device sync returned")
             for k in order:
-                out = rank_buffers.to_numpy(futures[k].result(timeout=lesson.result_timeout))
+                out = np.asarray(futures[k].result(timeout=lesson.result_timeout))
                 mark(MARK_RESULT, k, it)
                 if not np.all(out == _expected(n, k, it)):
                     raise AssertionError(f"iteration {it}, {names[k]}: got {out[0]}, "

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +21,8 @@ int cuDeviceGetAttribute(int *v, int attribute, int d) {
     *v = 132; return 0;
 }
 """
+SCHEDULE = (Path(__file__).resolve().parents[2] / "scripts" / "schedules"
+            / "three_ranks_disordered_with_syncs.json")
 NO_DEVICE = "int cuInit(unsigned flags) { return 100; }\n"     # CUDA_ERROR_NO_DEVICE
 
 LAUNCHER = """
@@ -94,9 +97,10 @@ runpy.run_module("pydfccl", run_name="__main__")
 @pytest.mark.parametrize("argv", [["demo", "-n", "2", "-k", "2", "-i", "1"],
                                   ["bench", "-n", "2", "-b", "8", "-e", "8"],
                                   ["bench", "latency", "-n", "2", "--iters", "1"],
-                                  ["teach", "--iters", "2"]])
+                                  ["teach", "--iters", "2"],
+                                  ["replay", str(SCHEDULE)]])
 def test_a_command_reaches_launch_on_a_gpu_machine_without_numba(standin_driver, argv):
-    """Each command, run as a user types it on a machine with a GPU, has loaded no Numba
+    """Each command that runs ranks, run as a user types it on a machine with a GPU, has loaded no Numba
     when ``launch`` or ``init_all`` begins the CUDA context, which can then be made beside
     Numba's import (the stand-in driver makes none: the test ends there)."""
     env = {k: v for k, v in os.environ.items()
